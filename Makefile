@@ -1,0 +1,33 @@
+# make setup: create .venv/ and install the project (editable) with its test dependencies.
+# make demo / make test: both set up first, so each works on a fresh machine.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: setup
+	$(PY) -m tfdiag_magic demo --html build/demo-report.html
+
+test: setup
+	$(PY) -m ruff check tfdiag_magic tests benchmarks
+	$(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check tfdiag_magic tests benchmarks
+	$(PY) -m ruff format --check tfdiag_magic tests benchmarks
+
+bench: setup
+	$(PY) benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

@@ -1,0 +1,43 @@
+"""tfdiag_magic: measure TensorFlow/Keras training where it runs, in the notebook.
+
+``%load_ext tfdiag_magic`` registers ``%%tfprofile``. ``from tfdiag_magic import step`` marks
+steps by hand; ``with tfdiag_magic.profile() as result:`` profiles a block of a script.
+Importing this package does not import TensorFlow; the first profiling run does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+from .markers import step
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["__version__", "load_ipython_extension", "profile", "step", "unload_ipython_extension"]
+
+
+def profile(*, memory_interval: float = 0.05, nvml: bool = True) -> Session:
+    """Profile a block: ``with profile() as result: ...``; `result` is filled when it ends.
+
+    Steps are recorded from Keras calls, tf.function calls, eager optimizer updates and
+    ``step()`` markers (a block's own loops are instrumented only by ``%%tfprofile`` and
+    ``python -m tfdiag_magic profile``).
+    """
+    from .session import Session, SessionOptions
+
+    return Session(SessionOptions(memory_interval=memory_interval, nvml=nvml), label="profile()")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from .magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from .magics import unload
+
+    unload(ipython)

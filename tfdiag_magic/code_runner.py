@@ -1,0 +1,91 @@
+"""Compiles the code to profile (a cell or a script) with its loops instrumented, and runs it.
+
+The code keeps its filename and line numbers, so tracebacks point at the user's lines. For a
+cell, the last expression is split off and evaluated apart, as IPython does, so its value can
+be displayed as the cell's result.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import CodeType
+from typing import Any
+
+from .instrument import instrument_loops
+from .record import LoopInfo
+
+Compiler = Callable[[Any, str, str], CodeType]
+
+
+@dataclass
+class PreparedCode:
+    body: CodeType
+    last: CodeType | None = None  # evaluated after the body; its value is the cell's value
+    loops: list[LoopInfo] = field(default_factory=list)
+
+
+def prepare(
+    source: str,
+    filename: str,
+    *,
+    instrument: bool = True,
+    interactivity: str = "none",
+    compiler: Compiler = compile,
+) -> PreparedCode:
+    """Parse, instrument and compile `source`. Raises SyntaxError as Python would.
+
+    `interactivity` follows IPython's ``ast_node_interactivity``: "last_expr" (and "last",
+    "all") give the value of a final expression statement, "last_expr_or_assign" also that
+    of a final assignment to a single name, "none" no value.
+    """
+    tree = ast.parse(source, filename=filename, mode="exec")
+    last: ast.Expression | None = None
+    if interactivity != "none" and tree.body:
+        final = tree.body[-1]
+        if isinstance(final, ast.Expr):
+            tree.body.pop()
+            last = ast.Expression(body=final.value)
+            ast.copy_location(last, final)
+        elif (
+            interactivity == "last_expr_or_assign"
+            and isinstance(final, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+            and _single_name(final) is not None
+        ):
+            name = _single_name(final)
+            last = ast.Expression(body=ast.copy_location(ast.Name(id=name, ctx=ast.Load()), final))
+    loops: list[LoopInfo] = []
+    if instrument:
+
+        def register(lineno: int, text: str) -> int:
+            loops.append(LoopInfo(id=len(loops), lineno=lineno, source=text))
+            return len(loops) - 1
+
+        instrument_loops(tree, source, register)
+    body = compiler(tree, filename, "exec")
+    last_code = None
+    if last is not None:
+        ast.fix_missing_locations(last)
+        last_code = compiler(last, filename, "eval")
+    return PreparedCode(body=body, last=last_code, loops=loops)
+
+
+def _single_name(node: ast.stmt) -> str | None:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[attr-defined]
+    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+        return targets[0].id
+    return None
+
+
+def run(
+    prepared: PreparedCode, globals_: dict[str, Any], locals_: dict[str, Any] | None = None
+) -> Any:
+    """Execute the body, then evaluate the last expression (if any) and return its value."""
+    __tracebackhide__ = True
+    if locals_ is None:
+        locals_ = globals_
+    exec(prepared.body, globals_, locals_)
+    if prepared.last is not None:
+        return eval(prepared.last, globals_, locals_)
+    return None

@@ -1,0 +1,64 @@
+"""The explicit step marker: ``with step():`` records one step of anything the cell does.
+
+Outside a profiling run the marker does nothing, so code that uses it runs unchanged without
+the profiler. Markers nest: only the outermost one is a step.
+"""
+
+from __future__ import annotations
+
+import threading
+from time import perf_counter
+from types import TracebackType
+
+from . import active
+from .record import PHASES
+from .recorder import KIND, PHASE
+
+
+class step:  # noqa: N801 - used as a lowercase context manager, like contextlib's helpers
+    """Mark a block as one step of the profiled run.
+
+    ``phase`` is one of "train", "eval", "predict", "loop", "function"; "train" steps count as
+    training steps in the report. ``loss`` may be set on the marker inside the block
+    (``with step() as s: ...; s.loss = value``) to record the step's loss.
+    """
+
+    __slots__ = ("_rec", "_start", "_wait", "loss", "phase")
+
+    def __init__(self, phase: str = "train") -> None:
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(PHASES)}; got {phase!r}")
+        self.phase = phase
+        self.loss: float | None = None
+        self._rec = None
+
+    def __enter__(self) -> step:
+        rec = active.recorder()
+        if rec is None or rec.step_depth or threading.get_ident() != rec.thread_id:
+            return self
+        self._rec = rec
+        self._wait = rec.take_wait()
+        rec.step_depth += 1
+        self._start = perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        rec = self._rec
+        if rec is None:
+            return
+        self._rec = None
+        end = perf_counter()
+        rec.step_depth -= 1
+        phase = PHASE[self.phase]
+        if exc is not None:
+            rec.note_failure(exc, phase)
+            return
+        loss = float(self.loss) if self.loss is not None else None
+        rec.add_step(phase, KIND["marker"], self._start, end, self._wait, -1, False, loss)
+        if self.phase == "train":
+            rec.training_step_done(end)

@@ -1,0 +1,194 @@
+"""Keras probe: a step per batch of fit/evaluate/predict, and per ``*_on_batch`` call.
+
+Batches are timed by wrapping the methods of Keras' `CallbackList` that the trainer calls around
+every batch: the step runs from the end of the batch-begin callbacks to the start of the
+batch-end callbacks, so it holds exactly the train/test/predict function, and the callbacks'
+own time is kept apart. The Keras entry points are wrapped too, to know that steps inside them
+belong to Keras (a tf.function called by Keras is not a step of its own).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from time import perf_counter
+from typing import Any
+
+from ..recorder import KIND, PHASE, Recorder
+from .patching import Patcher, defining_class
+
+_DRIVERS = ("fit", "evaluate", "predict")
+_ON_BATCH = {"train_on_batch": "train", "test_on_batch": "eval", "predict_on_batch": "predict"}
+_BATCH_HOOKS = {"train": "on_train_batch", "eval": "on_test_batch", "predict": "on_predict_batch"}
+NAN = math.nan
+
+
+def _logs_loss(logs: Any) -> Any:
+    if isinstance(logs, dict):
+        return logs.get("loss")
+    if isinstance(logs, (list, tuple)) and logs:
+        return logs[0]
+    return logs if isinstance(logs, float) else None
+
+
+class KerasProbe:
+    name = "keras"
+
+    def __init__(self) -> None:
+        self._patcher = Patcher()
+
+    def install(self, recorder: Recorder) -> None:
+        import keras
+        from keras.src.callbacks.callback_list import CallbackList
+
+        rec = recorder
+        self._open: tuple[int, int, float, float] | None = None  # phase, begin batch, start, cb
+        for name in _DRIVERS:
+            owner = defining_class(keras.Model, name)
+            self._patcher.replace(owner, name, self._driver(rec, vars(owner)[name]))
+        for name, phase in _ON_BATCH.items():
+            owner = defining_class(keras.Model, name)
+            self._patcher.replace(owner, name, self._on_batch(rec, vars(owner)[name], phase))
+        for phase, hook in _BATCH_HOOKS.items():
+            begin = defining_class(CallbackList, hook + "_begin")
+            end = defining_class(CallbackList, hook + "_end")
+            self._patcher.replace(
+                begin, hook + "_begin", self._batch_begin(rec, vars(begin)[hook + "_begin"], phase)
+            )
+            self._patcher.replace(
+                end, hook + "_end", self._batch_end(rec, vars(end)[hook + "_end"], phase)
+            )
+        owner = defining_class(CallbackList, "on_epoch_begin")
+        self._patcher.replace(
+            owner, "on_epoch_begin", self._epoch_begin(rec, vars(owner)["on_epoch_begin"])
+        )
+
+    def remove(self) -> None:
+        self._patcher.restore()
+
+    # -- wrappers ------------------------------------------------------------------------------
+
+    def _driver(self, rec: Recorder, original: Any) -> Any:
+        probe = self
+
+        def driver(model: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            if threading.get_ident() != rec.thread_id:
+                return original(model, *args, **kwargs)
+            saved = (rec.driver_eager, rec.keras_epoch, probe._open)
+            if rec.driver_depth == 0:
+                rec.keras_epoch = -1
+            rec.driver_depth += 1
+            rec.driver_eager = bool(getattr(model, "run_eagerly", False)) or _functions_eager()
+            rec.take_wait()  # what the cell waited for before calling Keras is not a batch's
+            try:
+                return original(model, *args, **kwargs)
+            except BaseException as exc:
+                if probe._open is not None:
+                    rec.note_failure(exc, probe._open[0])
+                raise
+            finally:
+                rec.driver_depth -= 1
+                rec.driver_eager, rec.keras_epoch, probe._open = saved
+
+        driver.__wrapped__ = original  # type: ignore[attr-defined]
+        return driver
+
+    def _on_batch(self, rec: Recorder, original: Any, phase_name: str) -> Any:
+        phase = PHASE[phase_name]
+        kind = KIND["on_batch"]
+        is_train = phase_name == "train"
+
+        def on_batch(model: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            if rec.driver_depth or rec.step_depth or threading.get_ident() != rec.thread_id:
+                return original(model, *args, **kwargs)
+            wait = rec.take_wait()
+            eager = bool(getattr(model, "run_eagerly", False)) or _functions_eager()
+            rec.driver_depth += 1
+            start = perf_counter()
+            try:
+                result = original(model, *args, **kwargs)
+            except BaseException as exc:
+                rec.note_failure(exc, phase)
+                raise
+            finally:
+                rec.driver_depth -= 1
+            end = perf_counter()
+            loss = _logs_loss(result) if phase_name != "predict" else None
+            rec.add_step(phase, kind, start, end, wait, -1, eager, loss)
+            if is_train:
+                rec.training_step_done(end)
+            return result
+
+        on_batch.__wrapped__ = original  # type: ignore[attr-defined]
+        return on_batch
+
+    def _batch_begin(self, rec: Recorder, original: Any, phase_name: str) -> Any:
+        probe = self
+        phase = PHASE[phase_name]
+
+        def batch_begin(callbacks: Any, batch: int, logs: Any = None) -> Any:
+            __tracebackhide__ = True
+            before = perf_counter()
+            result = original(callbacks, batch, logs)
+            if rec.driver_depth and not rec.step_depth and threading.get_ident() == rec.thread_id:
+                after = perf_counter()
+                probe._open = (phase, batch, after, after - before)
+            return result
+
+        batch_begin.__wrapped__ = original  # type: ignore[attr-defined]
+        return batch_begin
+
+    def _batch_end(self, rec: Recorder, original: Any, phase_name: str) -> Any:
+        probe = self
+        phase = PHASE[phase_name]
+        kind = KIND["keras"]
+        is_train = phase_name == "train"
+        takes_loss = phase_name != "predict"
+
+        def batch_end(callbacks: Any, batch: int, logs: Any = None) -> Any:
+            __tracebackhide__ = True
+            end = perf_counter()
+            opened = probe._open
+            if opened is None or opened[0] != phase or threading.get_ident() != rec.thread_id:
+                return original(callbacks, batch, logs)
+            probe._open = None
+            _, begin_batch, start, begin_callbacks = opened
+            fused = batch - begin_batch + 1
+            if fused > 1:
+                # The last execution of an epoch can hold fewer steps than steps_per_execution.
+                steps = (getattr(callbacks, "params", None) or {}).get("steps")
+                if steps:
+                    fused = min(batch, steps - 1) - begin_batch + 1
+                fused = max(fused, 1)
+            loss = logs.get("loss") if takes_loss and isinstance(logs, dict) else None
+            rec.add_step(
+                phase, kind, start, end, NAN, rec.keras_epoch, rec.driver_eager, loss, fused
+            )
+            if is_train:
+                rec.training_step_done(end)
+            before = perf_counter()
+            try:
+                return original(callbacks, batch, logs)
+            finally:
+                rec.add_callback_time(begin_callbacks + perf_counter() - before)
+
+        batch_end.__wrapped__ = original  # type: ignore[attr-defined]
+        return batch_end
+
+    def _epoch_begin(self, rec: Recorder, original: Any) -> Any:
+        def epoch_begin(callbacks: Any, epoch: int, logs: Any = None) -> Any:
+            __tracebackhide__ = True
+            if rec.driver_depth and threading.get_ident() == rec.thread_id:
+                rec.keras_epoch = int(epoch)
+            return original(callbacks, epoch, logs)
+
+        epoch_begin.__wrapped__ = original  # type: ignore[attr-defined]
+        return epoch_begin
+
+
+def _functions_eager() -> bool:
+    from tensorflow.python.eager.polymorphic_function import eager_function_run
+
+    return bool(eager_function_run.RUN_FUNCTIONS_EAGERLY)

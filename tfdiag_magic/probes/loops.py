@@ -1,0 +1,99 @@
+"""Loop probe: the runtime that the instrumented loops of the cell call (see `instrument`).
+
+`iterate()` wraps the loop's iterator: each `next()` closes the previous iteration and times
+the wait for the next item, which becomes the iteration's data wait and the data wait of the
+first step inside it. The runtime is bound to a name in the cell's namespace only for the run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from time import perf_counter
+from typing import Any
+
+from ..instrument import RUNTIME_NAME
+from ..recorder import OpenLoop, Recorder
+
+NAN = math.nan
+_MISSING = object()
+
+
+class LoopIterator:
+    """Iterator wrapper that records each iteration of one loop."""
+
+    __slots__ = ("_iterator", "_rec", "_state")
+
+    def __init__(self, iterator: Iterator[Any], rec: Recorder, state: OpenLoop) -> None:
+        self._iterator = iterator
+        self._rec = rec
+        self._state = state
+
+    def __iter__(self) -> LoopIterator:
+        return self
+
+    def __next__(self) -> Any:
+        __tracebackhide__ = True
+        before = perf_counter()
+        state = self._state
+        rec = self._rec
+        if state.open:
+            rec.close_iteration(state, before)
+        item = next(self._iterator)
+        after = perf_counter()
+        state.index += 1
+        state.open = True
+        state.start = before
+        state.wait = after - before
+        rec.pending_wait = after - before
+        rec.anchor = after
+        return item
+
+
+class LoopRuntime:
+    """The object the instrumented cell calls as ``_tfdiag_loops_``."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self._rec = rec
+
+    def iterate(self, iterable: Iterable[Any], loop_id: int) -> Iterator[Any]:
+        __tracebackhide__ = True
+        iterator = iter(iterable)
+        state = OpenLoop(loop_id)
+        self._rec.open_loops.append(state)
+        return LoopIterator(iterator, self._rec, state)
+
+    def tick(self, loop_id: int) -> None:
+        now = perf_counter()
+        rec = self._rec
+        state = rec.loop_state(loop_id)
+        if state.open:
+            rec.close_iteration(state, now)
+        state.index += 1
+        state.open = True
+        state.start = now
+        state.wait = 0.0
+        rec.anchor = now
+
+    def end(self, loop_id: int) -> None:
+        self._rec.end_loop(loop_id)
+
+
+class LoopProbe:
+    """Binds the loop runtime into the namespace the cell runs in, and unbinds it after."""
+
+    name = "loops"
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        self._namespace = namespace
+        self._saved: Any = _MISSING
+
+    def install(self, recorder: Recorder) -> None:
+        self._saved = self._namespace.get(RUNTIME_NAME, _MISSING)
+        self._namespace[RUNTIME_NAME] = LoopRuntime(recorder)
+
+    def remove(self) -> None:
+        if self._saved is _MISSING:
+            self._namespace.pop(RUNTIME_NAME, None)
+        else:
+            self._namespace[RUNTIME_NAME] = self._saved

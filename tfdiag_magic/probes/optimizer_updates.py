@@ -1,0 +1,71 @@
+"""Optimizer probe: finds the functions that update weights, and times eager updates as steps.
+
+Keras optimizers funnel every update through `BaseOptimizer.apply` (``apply_gradients`` calls
+it). Called while a tf.function is traced, it marks that function as a training step. Called
+eagerly by the cell itself (a GradientTape loop), the update is a training step of its own: it
+runs from the end of the previous step, or the start of the loop iteration, to the update's end.
+"""
+
+from __future__ import annotations
+
+import threading
+from time import perf_counter
+from typing import Any
+
+from ..recorder import KIND, PHASE, Recorder
+from .patching import Patcher, defining_class
+
+
+class OptimizerProbe:
+    name = "optimizer"
+
+    def __init__(self) -> None:
+        self._patcher = Patcher()
+
+    def install(self, recorder: Recorder) -> None:
+        from keras.src.optimizers.base_optimizer import BaseOptimizer
+
+        owner = defining_class(BaseOptimizer, "apply")
+        self._patcher.replace(owner, "apply", self._wrapper(recorder, vars(owner)["apply"]))
+
+    def remove(self) -> None:
+        self._patcher.restore()
+
+    @staticmethod
+    def _wrapper(rec: Recorder, original: Any) -> Any:
+        import tensorflow as tf
+
+        train, kind = PHASE["train"], KIND["eager_update"]
+
+        def apply(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            if rec.optimizer_depth or threading.get_ident() != rec.thread_id:
+                return original(optimizer, *args, **kwargs)
+            top = rec.top_function
+            if top is not None:
+                entry = rec.functions.get(id(top))
+                if entry is not None:
+                    entry.updates = True
+            if top is not None or rec.driver_depth or rec.step_depth or not tf.executing_eagerly():
+                rec.optimizer_depth += 1
+                try:
+                    return original(optimizer, *args, **kwargs)
+                finally:
+                    rec.optimizer_depth -= 1
+            wait = rec.take_wait()
+            start = rec.anchor
+            rec.optimizer_depth += 1
+            try:
+                result = original(optimizer, *args, **kwargs)
+            except BaseException as exc:
+                rec.note_failure(exc, train)
+                raise
+            finally:
+                rec.optimizer_depth -= 1
+            end = perf_counter()
+            rec.add_step(train, kind, start, end, wait, -1, rec.graph_calls == 0)
+            rec.training_step_done(end)
+            return result
+
+        apply.__wrapped__ = original  # type: ignore[attr-defined]
+        return apply

@@ -1,0 +1,48 @@
+"""Attribute patches that put back exactly what they replaced, whatever happened in between."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_MISSING = object()
+
+
+def defining_class(cls: type, name: str) -> type:
+    """The class in `cls`'s MRO whose own namespace defines `name` (where a patch must go)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    raise AttributeError(f"{cls.__name__} has no attribute {name!r}")
+
+
+class Patcher:
+    """Replaces attributes and restores the original objects, in reverse order, on `restore()`.
+
+    An attribute that the owner did not hold in its own namespace (an inherited method) is
+    deleted again on restore rather than set, so the owner ends up exactly as it was.
+    """
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def replace(self, owner: Any, name: str, new: Any) -> Any:
+        """Set `owner.name = new`; returns the original object (inherited or own)."""
+        own = vars(owner).get(name, _MISSING)
+        original = getattr(owner, name)
+        setattr(owner, name, new)
+        self._saved.append((owner, name, own))
+        return original
+
+    def restore(self) -> None:
+        errors: list[BaseException] = []
+        while self._saved:
+            owner, name, own = self._saved.pop()
+            try:
+                if own is _MISSING:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, own)
+            except Exception as exc:  # keep restoring the others; report at the end
+                errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -1,0 +1,192 @@
+"""tf.function probe: calls, tracings, and a step for each top-level call made by the cell.
+
+`Function.__call__` is wrapped to count calls per function and to time the calls the cell makes
+itself (not those made by Keras or from inside another function): a call whose function traced
+an optimizer update is a training step, any other such call a ``function`` row. The tracing
+entry point of TensorFlow is wrapped to record every tracing with its input signature; it runs
+only when a function is traced, so it costs nothing in steady state.
+"""
+
+from __future__ import annotations
+
+import threading
+from time import perf_counter
+from typing import Any
+
+from ..record import FunctionStats, TraceEvent
+from ..recorder import KIND, PHASE, Recorder
+from .patching import Patcher
+
+_SIGNATURE_CHARS = 400
+
+
+class FunctionEntry:
+    """What the probe learned about one tf.function object during the run."""
+
+    __slots__ = ("calls", "function", "traces_before", "updates")
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+        self.calls = 0
+        self.traces_before = _tracing_count(function)
+        self.updates = False
+
+
+def _tracing_count(function: Any) -> int:
+    try:
+        return int(function.experimental_get_tracing_count())
+    except Exception:
+        return 0
+
+
+def _scalar_loss(result: Any) -> Any:
+    """A scalar floating tensor the step returned (its loss), without reading its value."""
+    if isinstance(result, dict):
+        result = result.get("loss")
+    elif isinstance(result, (tuple, list)) and result:
+        result = result[0]
+    dtype = getattr(result, "dtype", None)
+    if dtype is None or not getattr(dtype, "is_floating", False):
+        return None
+    shape = getattr(result, "shape", None)
+    if shape is None or len(shape) != 0:
+        return None
+    return result
+
+
+class TFFunctionProbe:
+    name = "tf_function"
+
+    def __init__(self) -> None:
+        self._patcher = Patcher()
+        self._rec: Recorder | None = None
+
+    def install(self, recorder: Recorder) -> None:
+        from tensorflow.python.eager.polymorphic_function import (
+            polymorphic_function,
+            tracing_compilation,
+        )
+
+        self._rec = recorder
+        cls = polymorphic_function.Function
+        self._patcher.replace(cls, "__call__", self._call_wrapper(recorder, cls.__call__))
+        self._patcher.replace(
+            tracing_compilation,
+            "_create_concrete_function",
+            self._trace_wrapper(recorder, tracing_compilation._create_concrete_function),
+        )
+
+    def remove(self) -> None:
+        self._patcher.restore()
+
+    def function_stats(self) -> list[FunctionStats]:
+        """Per Python function: calls, tracings during the run, objects; read after the run."""
+        rec = self._rec
+        if rec is None:
+            return []
+        grouped: dict[str, FunctionStats] = {}
+        for entry in rec.functions.values():
+            function = entry.function
+            python_function = getattr(function, "python_function", None)
+            module = getattr(python_function, "__module__", "") or ""
+            name = getattr(python_function, "__qualname__", None) or getattr(
+                function, "__name__", "tf.function"
+            )
+            traces = max(_tracing_count(function) - entry.traces_before, 0)
+            stats = grouped.get(name)
+            if stats is None:
+                grouped[name] = FunctionStats(
+                    name=name,
+                    calls=entry.calls,
+                    traces=traces,
+                    objects=1,
+                    keras_internal=module.startswith("keras."),
+                    updates_weights=entry.updates,
+                )
+            else:
+                stats.calls += entry.calls
+                stats.traces += traces
+                stats.objects += 1
+                stats.updates_weights = stats.updates_weights or entry.updates
+        return sorted(grouped.values(), key=lambda s: (-s.calls, s.name))
+
+    @staticmethod
+    def _call_wrapper(rec: Recorder, original: Any) -> Any:
+        functions = rec.functions
+        train, other, kind = PHASE["train"], PHASE["function"], KIND["tf_function"]
+
+        def call(function: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            entry = functions.get(id(function))
+            if entry is None:
+                entry = functions[id(function)] = FunctionEntry(function)
+            entry.calls += 1
+            if rec.top_function is not None or threading.get_ident() != rec.thread_id:
+                return original(function, *args, **kwargs)
+            if rec.driver_depth or rec.step_depth:
+                # Keras' own function, or a call inside a marked step: counted, not a step.
+                rec.top_function = function
+                try:
+                    return original(function, *args, **kwargs)
+                finally:
+                    rec.top_function = None
+            wait = rec.take_wait()
+            rec.top_function = function
+            rec.step_depth += 1
+            start = perf_counter()
+            try:
+                result = original(function, *args, **kwargs)
+            except BaseException as exc:
+                rec.note_failure(exc, train if entry.updates else other)
+                raise
+            finally:
+                rec.top_function = None
+                rec.step_depth -= 1
+            end = perf_counter()
+            eager = bool(function._run_functions_eagerly)
+            if entry.updates:
+                rec.add_step(train, kind, start, end, wait, -1, eager, _scalar_loss(result))
+                rec.training_step_done(end)
+            else:
+                rec.add_step(other, kind, start, end, wait, -1, eager, _scalar_loss(result))
+                if not eager:
+                    rec.graph_calls += 1
+            return result
+
+        call.__wrapped__ = original  # type: ignore[attr-defined]
+        return call
+
+    @staticmethod
+    def _trace_wrapper(rec: Recorder, original: Any) -> Any:
+        from tensorflow.python.framework import ops
+
+        def _create_concrete_function(
+            function_type: Any, type_context: Any, func_graph: Any, tracing_options: Any
+        ) -> Any:
+            __tracebackhide__ = True
+            nested = ops.inside_function()
+            start = perf_counter()
+            try:
+                return original(function_type, type_context, func_graph, tracing_options)
+            finally:
+                end = perf_counter()
+                rec.traces.append(
+                    TraceEvent(
+                        time=start - rec.t0,
+                        duration=end - start,
+                        function=str(getattr(tracing_options, "name", "?")),
+                        signature=_signature(function_type),
+                        nested=bool(nested),
+                    )
+                )
+
+        _create_concrete_function.__wrapped__ = original  # type: ignore[attr-defined]
+        return _create_concrete_function
+
+
+def _signature(function_type: Any) -> str:
+    try:
+        text = str(function_type)
+    except Exception:
+        return "?"
+    return text if len(text) <= _SIGNATURE_CHARS else text[: _SIGNATURE_CHARS - 1] + "…"

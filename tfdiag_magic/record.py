@@ -1,0 +1,147 @@
+"""The facts of one profiling run: a columnar per-step log plus the run's other tables.
+
+A `Record` is what a session produces and what the diagnosis and the views consume. It knows
+nothing of TensorFlow: every column is a NumPy array and every other fact a plain value, so a
+record can be built by hand in tests and saved or compared without a TensorFlow runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PHASES: tuple[str, ...] = ("train", "eval", "predict", "loop", "function")
+"""Step phases. ``loop`` rows are iterations of the cell's own loops; ``function`` rows are
+top-level tf.function calls that update no weights (an evaluation or helper function)."""
+
+KINDS: tuple[str, ...] = ("keras", "on_batch", "tf_function", "eager_update", "marker", "loop")
+"""What produced a step row: a Keras fit/evaluate/predict batch, a ``*_on_batch`` call, a
+tf.function call, an eager optimizer update, an explicit ``step()`` marker, or a loop iteration."""
+
+STEP_COLUMNS: dict[str, type] = {
+    "start": np.float64,  # seconds since the run started
+    "duration": np.float64,  # seconds inside the step itself
+    "data_wait": np.float64,  # seconds waiting for input just before the step; NaN: not observable
+    "phase": np.uint8,  # index into PHASES
+    "kind": np.uint8,  # index into KINDS
+    "epoch": np.int32,  # Keras epoch, or the outer loop's iteration for nested custom loops; -1
+    "loss": np.float32,  # loss as reported by the step; NaN where none was available
+    "eager": np.bool_,  # the step ran eagerly (no graph)
+    "fused": np.uint16,  # steps that shared one host call (Keras steps_per_execution); 1 otherwise
+    "loop": np.int16,  # id of the innermost loop of the cell this step ran in; -1 for none
+    "traced": np.bool_,  # a tf.function was traced during the step
+    "callback_time": np.float32,  # seconds in Keras callbacks around the step
+    "gc_time": np.float32,  # seconds of Python GC pauses during the step
+}
+
+
+def empty_columns(columns: dict[str, type]) -> dict[str, np.ndarray]:
+    """Zero-length arrays for every column, with the right dtypes."""
+    return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
+
+
+@dataclass
+class TraceEvent:
+    """One tracing of a tf.function (a new concrete function was built)."""
+
+    time: float
+    duration: float
+    function: str
+    signature: str
+    nested: bool
+
+
+@dataclass
+class FunctionStats:
+    """Calls and tracings of one Python function wrapped by tf.function during the run."""
+
+    name: str
+    calls: int
+    traces: int
+    objects: int  # distinct tf.function objects seen for this Python function
+    keras_internal: bool  # Keras' own train/test/predict function
+    updates_weights: bool  # an optimizer update was traced inside it
+
+
+@dataclass
+class WarningRecord:
+    """A warning that TensorFlow, Keras or Python's warnings module emitted during the run."""
+
+    time: float
+    step: int  # steps recorded before it was emitted
+    source: str  # "warnings" or the logger name
+    category: str
+    message: str
+
+
+@dataclass
+class LoopInfo:
+    """A loop of the profiled cell whose iterations are recorded as ``loop`` rows."""
+
+    id: int
+    lineno: int
+    source: str
+
+
+@dataclass
+class ErrorInfo:
+    """The exception that ended the run, and where in the run it happened."""
+
+    type: str
+    message: str
+    step: int  # index of the step that was running (or would have run next)
+    phase: str | None  # phase of the step that was running, if one was
+
+
+@dataclass
+class Record:
+    """Everything measured in one run. Times are seconds since the run started."""
+
+    steps: dict[str, np.ndarray] = field(default_factory=lambda: empty_columns(STEP_COLUMNS))
+    memory: dict[str, np.ndarray] = field(default_factory=dict)  # time, step, rss, gpu:<dev>:...
+    nvml: dict[str, np.ndarray] = field(default_factory=dict)  # time, <dev>:util, <dev>:mem_used...
+    gc: dict[str, np.ndarray] = field(default_factory=dict)  # time, duration, generation, collected
+    traces: list[TraceEvent] = field(default_factory=list)
+    functions: list[FunctionStats] = field(default_factory=list)
+    warnings: list[WarningRecord] = field(default_factory=list)
+    warnings_dropped: int = 0
+    loops: list[LoopInfo] = field(default_factory=list)
+    error: ErrorInfo | None = None
+    wall_time: float = 0.0
+    started_at: str = ""  # ISO 8601, local time
+    source: str | None = None  # the profiled cell or script, when there is one
+    facts: dict[str, Any] = field(default_factory=dict)  # versions, devices, sampler status
+
+    @property
+    def step_count(self) -> int:
+        return int(self.steps["start"].shape[0])
+
+    def phase_mask(self, phase: str) -> np.ndarray:
+        return self.steps["phase"] == PHASES.index(phase)
+
+    def phase_counts(self) -> dict[str, int]:
+        counts = np.bincount(self.steps["phase"], minlength=len(PHASES))
+        return {name: int(counts[i]) for i, name in enumerate(PHASES) if counts[i]}
+
+    def nbytes(self) -> int:
+        """Bytes held by the columnar tables (the part that grows with the number of steps)."""
+        tables = (self.steps, self.memory, self.nvml, self.gc)
+        return sum(int(a.nbytes) for table in tables for a in table.values())
+
+    def to_dataframe(self):  # -> pandas.DataFrame
+        """The per-step table, a row per step, with phase and kind as categoricals."""
+        import pandas as pd
+
+        data: dict[str, Any] = dict(self.steps)
+        data["phase"] = pd.Categorical.from_codes(self.steps["phase"].astype(np.int8), PHASES)
+        data["kind"] = pd.Categorical.from_codes(self.steps["kind"].astype(np.int8), KINDS)
+        frame = pd.DataFrame(data)
+        frame.index.name = "step"
+        return frame
+
+    def memory_dataframe(self):  # -> pandas.DataFrame
+        import pandas as pd
+
+        return pd.DataFrame(dict(self.memory))

@@ -1,0 +1,354 @@
+"""The live side of a run: the state the probes share and the growing columns they append to.
+
+Probes call into one `Recorder` from the hot path (once or twice per step), so every method here
+does a few clock reads and array appends and nothing more. Slow facts (process memory, GPU
+memory) are sampled at most every `memory_interval` seconds. `finish()` turns the appended
+columns into a `Record`; nothing in this module imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from array import array
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+
+from .record import KINDS, PHASES, STEP_COLUMNS, ErrorInfo, LoopInfo, Record, WarningRecord
+
+PHASE = {name: i for i, name in enumerate(PHASES)}
+KIND = {name: i for i, name in enumerate(KINDS)}
+
+_ARRAY_CODES = {
+    np.float64: "d",
+    np.float32: "f",
+    np.uint8: "B",
+    np.uint16: "H",
+    np.int16: "h",
+    np.int32: "i",
+    np.bool_: "B",
+}
+_POST_RUN_COLUMNS = ("traced", "gc_time")  # filled from other tables after the run
+MAX_WARNINGS = 1000
+NAN = math.nan
+
+
+class OpenLoop:
+    """An iteration-tracking state for one loop of the cell while it runs."""
+
+    __slots__ = ("index", "loop_id", "open", "start", "wait")
+
+    def __init__(self, loop_id: int) -> None:
+        self.loop_id = loop_id
+        self.index = -1
+        self.start = 0.0
+        self.wait = 0.0
+        self.open = False
+
+
+class Recorder:
+    """Shared state of one profiling run, appended to by the probes."""
+
+    def __init__(self, memory_interval: float = 0.05) -> None:
+        self.t0 = perf_counter()
+        self.thread_id = threading.get_ident()
+        self.memory_interval = memory_interval
+        self._cols: dict[str, array] = {
+            name: array(_ARRAY_CODES[dtype])
+            for name, dtype in STEP_COLUMNS.items()
+            if name not in _POST_RUN_COLUMNS
+        }
+        self._c = self._cols  # short alias for the hot path
+        self.functions: dict[int, Any] = {}  # id(tf.function) -> FunctionEntry, see tf_functions
+        self.traces: list[Any] = []  # TraceEvent, appended while tracing
+        self.optimizer_depth = 0
+        self.fused_groups: list[tuple[float, int]] = []  # (start, steps) of each fused call
+        self.t0_wall = ""
+        self.count = 0
+        # Nesting: steps inside a Keras call or inside another step are not steps of their own.
+        self.driver_depth = 0
+        self.step_depth = 0
+        self.driver_eager = False
+        self.keras_epoch = -1
+        self.top_function: Any = None  # the tf.function being called at top level, if any
+        self.graph_calls = 0  # top-level graph calls since the last training step ended
+        # Input waits from the cell's loops, waiting to be attributed to the next step.
+        self.pending_wait = NAN
+        self.anchor = self.t0  # when the work of the next eager step can have begun (absolute)
+        self.open_loops: list[OpenLoop] = []
+        self.loops: list[LoopInfo] = []
+        self._pending_loss: tuple[int, Any] | None = None
+        # Memory samples, taken from the hot path at most every memory_interval seconds.
+        self._next_memory = 0.0
+        self.mem_time = array("d")
+        self.mem_rss = array("q")
+        self.gpu_memory: dict[str, tuple[array, array]] = {}
+        self.rss_reader: Callable[[], int] | None = None
+        self.gpu_reader: Callable[[], dict[str, tuple[int, int]]] | None = None
+        self.warnings: list[WarningRecord] = []
+        self.warnings_dropped = 0
+        self.error: ErrorInfo | None = None
+        self._failure: tuple[BaseException, int] | None = None
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def add_step(
+        self,
+        phase: int,
+        kind: int,
+        start: float,
+        end: float,
+        data_wait: float,
+        epoch: int,
+        eager: bool,
+        loss: Any = None,
+        fused: int = 1,
+        loop_id: int | None = None,
+    ) -> None:
+        """Append one step (or `fused` steps sharing one host call) that ran from start to end."""
+        if self._pending_loss is not None:
+            self._settle_loss()
+        c = self._c
+        index = self.count
+        if loop_id is not None:
+            loop = loop_id
+        else:
+            loop = self.open_loops[-1].loop_id if self.open_loops else -1
+            if epoch < 0 and len(self.open_loops) > 1:
+                epoch = self.open_loops[0].index
+        t0 = self.t0
+        if fused == 1:
+            c["start"].append(start - t0)
+            c["duration"].append(end - start)
+            c["data_wait"].append(data_wait)
+            c["phase"].append(phase)
+            c["kind"].append(kind)
+            c["epoch"].append(epoch)
+            c["loss"].append(NAN)
+            c["eager"].append(eager)
+            c["fused"].append(1)
+            c["loop"].append(loop)
+            c["callback_time"].append(0.0)
+            self.count = index + 1
+        else:
+            share = (end - start) / fused
+            self.fused_groups.append((start - t0, fused))
+            for i in range(fused):
+                c["start"].append(start - t0 + i * share)
+                c["duration"].append(share)
+                c["data_wait"].append(data_wait if i == 0 else NAN)
+                c["phase"].append(phase)
+                c["kind"].append(kind)
+                c["epoch"].append(epoch)
+                c["loss"].append(NAN)
+                c["eager"].append(eager)
+                c["fused"].append(fused)
+                c["loop"].append(loop)
+                c["callback_time"].append(0.0)
+            index += fused - 1
+            self.count = index + 1
+        if loss is not None:
+            if isinstance(loss, (float, int)):
+                c["loss"][index] = loss
+            else:
+                self._pending_loss = (index, loss)
+        if end >= self._next_memory:
+            self.sample_memory(end)
+
+    def add_callback_time(self, seconds: float) -> None:
+        """Add Keras callback time to the step appended last."""
+        if self.count:
+            self._c["callback_time"][self.count - 1] += seconds
+
+    def training_step_done(self, end: float) -> None:
+        """A training step ended: the work of an eager step after it cannot begin earlier."""
+        self.anchor = end
+        self.graph_calls = 0
+
+    def note_failure(self, exc: BaseException, phase: int) -> None:
+        """An exception left a step of `phase`; if it ends the run, that step is where."""
+        self._failure = (exc, phase)
+
+    def take_wait(self) -> float:
+        """The input wait not yet attributed to a step, which the caller's step now owns."""
+        wait = self.pending_wait
+        self.pending_wait = NAN
+        return wait
+
+    def _settle_loss(self) -> None:
+        # The loss of an earlier step is read once a later step has ended, so reading it does
+        # not make the host wait for the device inside the step that produced it.
+        index, value = self._pending_loss  # type: ignore[misc]
+        self._pending_loss = None
+        # A non-scalar, or a value that cannot be read, leaves no loss; it is not an error.
+        with contextlib.suppress(Exception):
+            self._c["loss"][index] = float(value)
+
+    # -- loops ---------------------------------------------------------------------------------
+
+    def register_loop(self, lineno: int, source: str) -> int:
+        loop_id = len(self.loops)
+        self.loops.append(LoopInfo(id=loop_id, lineno=lineno, source=source))
+        return loop_id
+
+    def loop_state(self, loop_id: int) -> OpenLoop:
+        for state in reversed(self.open_loops):
+            if state.loop_id == loop_id:
+                return state
+        state = OpenLoop(loop_id)
+        self.open_loops.append(state)
+        return state
+
+    def close_iteration(self, state: OpenLoop, now: float) -> None:
+        """Record the loop iteration that is open in `state` as ending at `now`."""
+        state.open = False
+        outer = self.open_loops[0] if self.open_loops else None
+        epoch = outer.index if outer is not None and outer is not state else -1
+        body_start = state.start + state.wait
+        self.add_step(
+            PHASE["loop"],
+            KIND["loop"],
+            body_start,
+            now,
+            state.wait,
+            epoch,
+            False,
+            loop_id=state.loop_id,
+        )
+
+    def end_loop(self, loop_id: int) -> None:
+        now = perf_counter()
+        for state in reversed(self.open_loops):
+            if state.loop_id == loop_id:
+                if state.open:
+                    self.close_iteration(state, now)
+                self.open_loops.remove(state)
+                break
+        self.pending_wait = NAN
+
+    def close_all_loops(self) -> None:
+        now = perf_counter()
+        while self.open_loops:
+            state = self.open_loops[-1]
+            if state.open:
+                self.close_iteration(state, now)
+            self.open_loops.pop()
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def sample_memory(self, now: float | None = None) -> None:
+        if now is None:
+            now = perf_counter()
+        self._next_memory = now + self.memory_interval
+        self.mem_time.append(now - self.t0)
+        self.mem_rss.append(self.rss_reader() if self.rss_reader else -1)
+        if self.gpu_reader is not None:
+            for device, (current, peak) in self.gpu_reader().items():
+                columns = self.gpu_memory.get(device)
+                if columns is None:
+                    # Devices that appear late get -1 for the samples taken before.
+                    columns = (
+                        array("q", [-1] * (len(self.mem_time) - 1)),
+                        array("q", [-1] * (len(self.mem_time) - 1)),
+                    )
+                    self.gpu_memory[device] = columns
+                columns[0].append(current)
+                columns[1].append(peak)
+            for current_col, peak_col in self.gpu_memory.values():
+                while len(current_col) < len(self.mem_time):
+                    current_col.append(-1)
+                    peak_col.append(-1)
+
+    # -- warnings and errors -------------------------------------------------------------------
+
+    def add_warning(self, source: str, category: str, message: str) -> None:
+        if len(self.warnings) >= MAX_WARNINGS:
+            self.warnings_dropped += 1
+            return
+        self.warnings.append(
+            WarningRecord(
+                time=perf_counter() - self.t0,
+                step=self.count,
+                source=source,
+                category=category,
+                message=message[:2000],
+            )
+        )
+
+    def set_error(self, exc: BaseException) -> None:
+        """Keep the exception that ended the run and the step it happened at.
+
+        The step is counted within the phase of the step that was running (the failing step's
+        index in that phase); when no step was running, it is the number of training steps done.
+        """
+        message = str(exc)
+        if not message and isinstance(exc, KeyboardInterrupt):
+            message = "interrupted"
+        phase: str | None = None
+        if self._failure is not None and _caused_by(exc, self._failure[0]):
+            phase = PHASES[self._failure[1]]
+        code = PHASE[phase or "train"]
+        phases = np.frombuffer(self._cols["phase"], dtype=np.uint8)
+        self.error = ErrorInfo(
+            type=type(exc).__name__,
+            message=message[:4000],
+            step=int(np.count_nonzero(phases == code)),
+            phase=phase,
+        )
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def finish(self) -> Record:
+        """Close what is still open and return the columns as a Record (steps sorted by start)."""
+        self.close_all_loops()
+        if self._pending_loss is not None:
+            self._settle_loss()
+        self.sample_memory()
+        steps = {
+            name: np.frombuffer(self._cols[name], dtype=_ARRAY_CODES[dtype]).astype(dtype)
+            if name in self._cols
+            else np.zeros(self.count, dtype=dtype)
+            for name, dtype in STEP_COLUMNS.items()
+        }
+        # Loop rows are appended when the iteration ends, after the steps inside it.
+        order = np.argsort(steps["start"], kind="stable")
+        if order.size and np.any(order[1:] < order[:-1]):
+            steps = {name: column[order] for name, column in steps.items()}
+        starts = steps["start"]
+        mem_time = np.array(self.mem_time, dtype=np.float64)
+        memory: dict[str, np.ndarray] = {
+            "time": mem_time,
+            # the number of steps that had started when the sample was taken
+            "step": np.searchsorted(starts, mem_time, side="right").astype(np.int64),
+            "rss": np.array(self.mem_rss, dtype=np.int64),
+        }
+        for device, (current, peak) in self.gpu_memory.items():
+            memory[f"gpu:{device}:current"] = np.array(current, dtype=np.int64)
+            memory[f"gpu:{device}:peak"] = np.array(peak, dtype=np.int64)
+        for warning in self.warnings:
+            warning.step = int(np.searchsorted(starts, warning.time, side="right"))
+        return Record(
+            steps=steps,
+            memory=memory,
+            loops=list(self.loops),
+            warnings=list(self.warnings),
+            warnings_dropped=self.warnings_dropped,
+            error=self.error,
+            wall_time=perf_counter() - self.t0,
+        )
+
+
+def _caused_by(exc: BaseException, origin: BaseException) -> bool:
+    """Whether `exc` is `origin` or was raised while handling it (its context chain)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if current is origin:
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

@@ -1,0 +1,89 @@
+"""`ProfileResult`: what ``%%tfprofile -o NAME`` stores and ``profile()`` returns.
+
+A thin object over the `Record` of a run and its findings, with the views a user reaches for:
+the per-step DataFrame, the text summary, the JSON and HTML reports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .findings import Finding
+from .record import Record
+
+
+class ProfileResult:
+    """The record of one profiling run. Filled in when the run ends (even when it failed)."""
+
+    def __init__(self, label: str = "", record: Record | None = None) -> None:
+        self.label = label
+        self.record: Record | None = record
+        self.findings: list[Finding] = []
+        self._frame: Any = None
+
+    def _need_record(self) -> Record:
+        if self.record is None:
+            raise RuntimeError("the profiling run has not finished yet; read it after the run")
+        return self.record
+
+    @property
+    def steps(self):  # -> pandas.DataFrame
+        """A row per recorded step: start, duration, data_wait, phase, epoch, loss, ..."""
+        if self._frame is None:
+            self._frame = self._need_record().to_dataframe()
+        return self._frame
+
+    @property
+    def error(self):
+        return self._need_record().error
+
+    def report(self) -> dict[str, Any]:
+        """The JSON report as a dict (schema 1)."""
+        from .views.summary import build_report
+
+        return build_report(self._need_record(), self.findings)
+
+    def to_json(self, path: str | Path | None = None, indent: int | None = 2) -> str:
+        import json
+
+        text = json.dumps(self.report(), indent=indent, allow_nan=False)
+        if path is not None:
+            Path(path).write_text(text + "\n", encoding="utf-8")
+        return text
+
+    def summary(self) -> str:
+        """The text report."""
+        from .views.text import render_text
+
+        return render_text(self.report())
+
+    def to_html(self, full_page: bool = True) -> str:
+        from .views.html import render_html
+
+        return render_html(self.report(), self._need_record(), full_page=full_page)
+
+    def write_html(self, path: str | Path) -> Path:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self.to_html(full_page=True), encoding="utf-8")
+        return target
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        if cycle or self.record is None:
+            printer.text("<ProfileResult (running)>")
+        else:
+            printer.text(self.summary())
+
+    def _repr_html_(self) -> str | None:
+        if self.record is None:
+            return None
+        return self.to_html(full_page=False)
+
+    def __repr__(self) -> str:
+        if self.record is None:
+            return "<ProfileResult (running)>"
+        record = self.record
+        counts = ", ".join(f"{k}={v}" for k, v in record.phase_counts().items()) or "no steps"
+        error = f", error={record.error.type}" if record.error else ""
+        return f"<ProfileResult {counts}, {record.wall_time:.2f} s{error}>"

@@ -1,0 +1,223 @@
+"""One profiling run: install the probes, let the caller run its code, remove every probe.
+
+The same session serves ``%%tfprofile``, ``python -m tfdiag_magic profile`` and the
+``with tfdiag_magic.profile():`` block. Probes are removed in a ``finally`` whatever the code
+did (an exception, a KeyboardInterrupt), and the partial record is still turned into a result.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import threading
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from . import __version__, active
+from .probes import Probe
+from .probes.gc_pauses import GCProbe
+from .probes.keras_calls import KerasProbe
+from .probes.logged_warnings import WarningsProbe
+from .probes.loops import LoopProbe
+from .probes.memory import MemoryProbe
+from .probes.nvml_sampler import NVMLSampler
+from .probes.optimizer_updates import OptimizerProbe
+from .probes.tf_functions import TFFunctionProbe
+from .record import KINDS, LoopInfo, Record
+from .recorder import Recorder
+from .result import ProfileResult
+from .tf_runtime import import_tensorflow
+
+
+@dataclass
+class SessionOptions:
+    memory_interval: float = 0.05  # seconds between host/GPU memory samples
+    nvml_interval: float = 0.1  # seconds between NVML samples (when a GPU exists)
+    nvml: bool = True
+
+
+class Session:
+    """A profiling run, used as a context manager around the code to profile.
+
+    `loops` are the loops of the code that `instrument.instrument_loops` rewrote, and
+    `namespace` the globals that code runs in (the loop runtime is bound there for the run).
+    """
+
+    def __init__(
+        self,
+        options: SessionOptions | None = None,
+        *,
+        source: str | None = None,
+        loops: list[LoopInfo] | None = None,
+        namespace: dict[str, Any] | None = None,
+        label: str = "",
+    ) -> None:
+        self.options = options or SessionOptions()
+        self.source = source
+        self.loops = loops or []
+        self.namespace = namespace
+        self.result = ProfileResult(label=label)
+        self._probes: list[Probe] = []
+        self._rec: Recorder | None = None
+
+    def __enter__(self) -> ProfileResult:
+        tf = import_tensorflow()
+        rec = Recorder(memory_interval=self.options.memory_interval)
+        rec.loops = list(self.loops)
+        active.claim(rec)
+        self._rec = rec
+        gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+        self._facts = _environment_facts(tf, gpus)
+        self._function_probe = TFFunctionProbe()
+        self._gc_probe = GCProbe()
+        self._nvml = NVMLSampler(self.options.nvml_interval) if self.options.nvml else None
+        probes: list[Probe] = [
+            MemoryProbe(gpus),
+            WarningsProbe(),
+            self._gc_probe,
+            self._function_probe,
+            OptimizerProbe(),
+            KerasProbe(),
+        ]
+        if self._nvml is not None:
+            probes.append(self._nvml)
+        if self.namespace is not None and self.loops:
+            probes.append(LoopProbe(self.namespace))
+        try:
+            for probe in probes:
+                probe.install(rec)
+                self._probes.append(probe)
+        except BaseException:
+            self._remove_probes()
+            active.release(rec)
+            raise
+        rec.t0_wall = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        return self.result
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        __tracebackhide__ = True
+        rec = self._rec
+        assert rec is not None, "session exited without being entered"
+        try:
+            if exc is not None:
+                rec.set_error(exc)
+        finally:
+            try:
+                self._remove_probes()
+            finally:
+                active.release(rec)
+        self.result.record = self._build_record(rec)
+
+    def _remove_probes(self) -> None:
+        errors: list[BaseException] = []
+        while self._probes:
+            probe = self._probes.pop()
+            try:
+                probe.remove()
+            except BaseException as error:  # remove the rest before reporting
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    def _build_record(self, rec: Recorder) -> Record:
+        record = rec.finish()
+        record.started_at = getattr(rec, "t0_wall", "")
+        record.source = self.source
+        record.traces = list(rec.traces)
+        record.functions = self._function_probe.function_stats()
+        record.gc = self._gc_probe.table()
+        if self._nvml is not None:
+            record.nvml = self._nvml.table()
+        facts = dict(self._facts)
+        facts["nvml"] = self._nvml.status if self._nvml is not None else "off"
+        record.facts = facts
+        _attribute_events(record)
+        _spread_over_fused_groups(record, rec.fused_groups)
+        rec.functions.clear()  # drop the references to the user's tf.function objects
+        return record
+
+
+def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
+    import keras
+
+    build = {}
+    try:
+        info = tf.sysconfig.get_build_info()
+        build = {k: str(info[k]) for k in ("cuda_version", "cudnn_version") if k in info}
+    except Exception:
+        pass
+    return {
+        "tfdiag_magic": __version__,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "keras_backend": keras.backend.backend(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "built_with_cuda": bool(tf.test.is_built_with_cuda()),
+        "build": build,
+        "gpus": gpus,
+        "functions_run_eagerly": bool(tf.config.functions_run_eagerly()),
+        "threads": threading.active_count(),
+    }
+
+
+def _attribute_events(record: Record) -> None:
+    """Fill the per-step columns that come from other tables: tracing and GC pauses.
+
+    An event belongs to every row whose time span holds it. Rows of one kind of span do not
+    overlap (steps never nest; iterations of one loop follow each other), so each such group
+    is searched on its own.
+    """
+    steps = record.steps
+    n = steps["start"].shape[0]
+    steps["traced"] = np.zeros(n, dtype=bool)
+    steps["gc_time"] = np.zeros(n, dtype=np.float32)
+    if n == 0:
+        return
+    trace_times = np.array([t.time for t in record.traces], dtype=np.float64)
+    gc_times = record.gc.get("time", np.zeros(0))
+    gc_durations = record.gc.get("duration", np.zeros(0))
+    is_loop = steps["kind"] == KINDS.index("loop")
+    groups = [np.flatnonzero(~is_loop)]
+    for loop_id in np.unique(steps["loop"][is_loop]):
+        groups.append(np.flatnonzero(is_loop & (steps["loop"] == loop_id)))
+    for rows in groups:
+        if rows.size == 0:
+            continue
+        starts = steps["start"][rows]
+        ends = starts + steps["duration"][rows]
+        for times, weights, column in (
+            (trace_times, None, "traced"),
+            (gc_times, gc_durations, "gc_time"),
+        ):
+            if times.size == 0:
+                continue
+            slot = np.searchsorted(starts, times, side="right") - 1
+            inside = (slot >= 0) & (times <= ends[np.clip(slot, 0, None)])
+            hit_rows = rows[slot[inside]]
+            if column == "traced":
+                steps["traced"][hit_rows] = True
+            else:
+                np.add.at(steps["gc_time"], hit_rows, weights[inside].astype(np.float32))
+
+
+def _spread_over_fused_groups(record: Record, groups: list[tuple[float, int]]) -> None:
+    """Steps that shared one host call share its events: tracing in the call marks them all."""
+    if not groups:
+        return
+    steps = record.steps
+    starts = steps["start"]
+    traced = steps["traced"]
+    for start, size in groups:
+        first = int(np.searchsorted(starts, start, side="left"))
+        rows = slice(first, first + size)
+        if traced[rows].any():
+            traced[rows] = True

@@ -1,0 +1,165 @@
+"""Summary numbers of a Record: steady-state step times, time split, memory at start/peak/end.
+
+Warm-up steps are kept apart from the steady state: the first step of each phase (it builds
+iterators, variables and the runtime) and every step during which a tf.function was traced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .record import KINDS, PHASES, Record
+
+LOOP_KIND = KINDS.index("loop")
+
+
+@dataclass
+class PhaseStats:
+    phase: str
+    count: int
+    steady_count: int
+    median: float | None  # seconds, steady-state steps
+    p90: float | None
+    mean: float | None
+    median_all: float  # seconds, every step (warm-up included)
+    warmup_count: int
+    warmup_time: float
+    total_time: float  # seconds inside the steps
+    span: float  # seconds from the first step's start to the last step's end
+    steps_per_second: float | None  # count / span
+    data_wait: float | None  # seconds of input wait attributed to these steps; None: not seen
+    callback_time: float
+    eager_steps: int
+    fused: int  # steps per host call (Keras steps_per_execution), the largest seen
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TimeSplit:
+    wall: float
+    compute: float  # inside steps
+    data_wait: float  # waiting for the next item of the cell's loops
+    other: float  # everything else: Python between steps, setup, callbacks, printing
+    data_wait_observable: bool  # False when all steps ran inside Keras (input is in the step)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MemoryStats:
+    host_rss: dict[str, int] = field(default_factory=dict)  # start, peak, end (bytes)
+    gpu: dict[str, dict[str, int]] = field(default_factory=dict)  # device -> start/peak/end
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def warmup_mask(record: Record) -> np.ndarray:
+    """Rows that are warm-up: a tf.function was traced, or the first row of their phase."""
+    steps = record.steps
+    mask = steps["traced"].copy()
+    for code in range(len(PHASES)):
+        rows = np.flatnonzero(steps["phase"] == code)
+        if rows.size:
+            mask[rows[0]] = True
+    return mask
+
+
+def phase_stats(record: Record) -> dict[str, PhaseStats]:
+    steps = record.steps
+    warm = warmup_mask(record)
+    result: dict[str, PhaseStats] = {}
+    for code, name in enumerate(PHASES):
+        rows = steps["phase"] == code
+        count = int(rows.sum())
+        if not count:
+            continue
+        durations = steps["duration"][rows]
+        steady = durations[~warm[rows]]
+        starts = steps["start"][rows]
+        span = float((starts + durations).max() - starts.min())
+        waits = steps["data_wait"][rows]
+        seen = ~np.isnan(waits)
+        result[name] = PhaseStats(
+            phase=name,
+            count=count,
+            steady_count=int(steady.size),
+            median=float(np.median(steady)) if steady.size else None,
+            p90=float(np.percentile(steady, 90)) if steady.size else None,
+            mean=float(steady.mean()) if steady.size else None,
+            median_all=float(np.median(durations)),
+            warmup_count=int(warm[rows].sum()),
+            warmup_time=float(durations[warm[rows]].sum()),
+            total_time=float(durations.sum()),
+            span=span,
+            steps_per_second=count / span if span > 0 else None,
+            data_wait=float(waits[seen].sum()) if seen.any() else None,
+            callback_time=float(steps["callback_time"][rows].sum()),
+            eager_steps=int(steps["eager"][rows].sum()),
+            fused=int(steps["fused"][rows].max()),
+        )
+    return result
+
+
+def time_split(record: Record) -> TimeSplit:
+    steps = record.steps
+    is_loop = steps["kind"] == LOOP_KIND
+    compute = float(steps["duration"][~is_loop].sum())
+    loop_waits = steps["data_wait"][is_loop]
+    data_wait = float(np.nansum(loop_waits)) if loop_waits.size else 0.0
+    wall = float(record.wall_time)
+    observable = bool(is_loop.any()) or bool((~np.isnan(steps["data_wait"])).any())
+    if compute == 0.0 and is_loop.any():
+        # Only loop iterations were recorded: their bodies are the work.
+        compute = float(steps["duration"][is_loop & (steps["loop"] == _outermost(record))].sum())
+    other = max(wall - compute - data_wait, 0.0)
+    return TimeSplit(wall, compute, data_wait, other, observable)
+
+
+def _outermost(record: Record) -> int:
+    steps = record.steps
+    is_loop = steps["kind"] == LOOP_KIND
+    first = np.flatnonzero(is_loop)
+    return int(steps["loop"][first[0]]) if first.size else -1
+
+
+def memory_stats(record: Record) -> MemoryStats:
+    stats = MemoryStats()
+    memory = record.memory
+    rss = memory.get("rss")
+    if rss is not None and rss.size and rss[0] >= 0:
+        stats.host_rss = {"start": int(rss[0]), "peak": int(rss.max()), "end": int(rss[-1])}
+    for key, values in memory.items():
+        if key.startswith("gpu:") and key.endswith(":current"):
+            device = key[len("gpu:") : -len(":current")]
+            seen = values[values >= 0]
+            peaks = memory.get(f"gpu:{device}:peak", np.zeros(0))
+            peaks = peaks[peaks >= 0]
+            if seen.size:
+                stats.gpu[device] = {
+                    "start": int(seen[0]),
+                    "peak": int(max(seen.max(), peaks.max() if peaks.size else 0)),
+                    "end": int(seen[-1]),
+                }
+    return stats
+
+
+def gc_stats(record: Record) -> dict[str, float | int]:
+    durations = record.gc.get("duration", np.zeros(0))
+    total = float(durations.sum())
+    return {
+        "collections": int(durations.size),
+        "pause_time": total,
+        "share": total / record.wall_time if record.wall_time > 0 else 0.0,
+        "longest": float(durations.max()) if durations.size else 0.0,
+    }
+
+
+def training_step_count(record: Record) -> int:
+    return int(record.phase_mask("train").sum())

@@ -1,0 +1,33 @@
+"""Loads TensorFlow and Keras on first use, with one clear message when they are missing."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+INSTALL_HINT = (
+    "tfdiag_magic needs TensorFlow 2.16 or newer with Keras 3. Install one TensorFlow build, "
+    "for example:\n"
+    "    pip install tensorflow-cpu          # CPU only\n"
+    "    pip install 'tensorflow[and-cuda]'  # NVIDIA GPUs on Linux\n"
+    "or install this package with an extra: pip install 'tfdiag_magic[cpu]' / '[gpu]'."
+)
+
+
+class TensorFlowMissingError(ImportError):
+    """TensorFlow or Keras cannot be imported; the message says what to install."""
+
+
+def import_tensorflow() -> ModuleType:
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        raise TensorFlowMissingError(f"{INSTALL_HINT}\n(import tensorflow failed: {exc})") from None
+    try:
+        import keras
+    except ImportError as exc:
+        raise TensorFlowMissingError(f"{INSTALL_HINT}\n(import keras failed: {exc})") from None
+    if not str(getattr(keras, "__version__", "0")).startswith(("3.", "4.")):
+        raise TensorFlowMissingError(
+            f"{INSTALL_HINT}\n(found Keras {keras.__version__}; Keras 3 is needed)"
+        )
+    return tf

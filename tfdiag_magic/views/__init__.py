@@ -1,0 +1,1 @@
+"""Views: pure consumers of a Record and its findings (text, HTML, JSON). No probing here."""

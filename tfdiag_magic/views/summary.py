@@ -1,0 +1,97 @@
+"""The JSON report (schema 1), built from a Record; the text and HTML views render this dict.
+
+Later versions add fields to schema 1; they never rename or remove one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from ..findings import Finding
+from ..record import Record
+from ..stats import gc_stats, memory_stats, phase_stats, time_split, training_step_count
+
+SCHEMA = 1
+MAX_WARNINGS_IN_REPORT = 50
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become null, NumPy scalars plain numbers."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _warning_key(source: str, message: str) -> tuple[str, str]:
+    """Warnings that differ only in numbers or addresses ("5 out of the last 5 calls to
+    <function f at 0x7f...>") are one warning repeated."""
+    return source, re.sub(r"0x[0-9a-fA-F]+|\d+", "#", message)
+
+
+def _grouped_warnings(record: Record) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for w in record.warnings:
+        key = _warning_key(w.source, w.message)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = {
+                "source": w.source,
+                "category": w.category,
+                "message": w.message,
+                "count": 1,
+                "first_step": w.step,
+            }
+        else:
+            group["count"] += 1
+    ordered = sorted(groups.values(), key=lambda g: (-g["count"], g["first_step"]))
+    return ordered[:MAX_WARNINGS_IN_REPORT]
+
+
+def build_report(record: Record, findings: list[Finding]) -> dict[str, Any]:
+    phases = phase_stats(record)
+    split = time_split(record)
+    memory = memory_stats(record)
+    warnings = _grouped_warnings(record)
+    traces = record.traces
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "tool": {"name": "tfdiag_magic", "version": record.facts.get("tfdiag_magic")},
+        "started_at": record.started_at,
+        "wall_time": record.wall_time,
+        "steps": {
+            "count": training_step_count(record),
+            "rows": record.step_count,
+            "phases": {name: stats.to_dict() for name, stats in phases.items()},
+            "eager": int(record.steps["eager"].sum()),
+        },
+        "time_split": split.to_dict(),
+        "memory": memory.to_dict(),
+        "functions": [vars(f).copy() for f in record.functions],
+        "tracing": {
+            "count": sum(1 for t in traces if not t.nested),
+            "nested": sum(1 for t in traces if t.nested),
+            "time": sum(t.duration for t in traces if not t.nested),
+            "events": [vars(t).copy() for t in traces[:200]],
+        },
+        "gc": gc_stats(record),
+        "warnings": warnings,
+        "warnings_total": len(record.warnings) + record.warnings_dropped,
+        "loops": [vars(loop).copy() for loop in record.loops],
+        "gpu": {
+            "tensorflow_gpus": record.facts.get("gpus", []),
+            "nvml": record.facts.get("nvml"),
+            "nvml_samples": int(record.nvml["time"].size) if "time" in record.nvml else 0,
+        },
+        "environment": record.facts,
+        "findings": [f.to_dict() for f in findings],
+        "error": vars(record.error).copy() if record.error else None,
+    }
+    return _clean(report)

@@ -1,0 +1,110 @@
+"""The text report, for terminals and plain IPython: rendered from the JSON report dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .units import rate, seconds, share, size
+
+
+def headline(report: dict[str, Any]) -> str:
+    steps = report["steps"]
+    phases = steps["phases"]
+    parts = [f"{steps['count']} training step{'s' if steps['count'] != 1 else ''}"]
+    for name in ("eval", "predict", "function", "loop"):
+        if name in phases:
+            label = {"loop": "loop iterations", "function": "function calls"}.get(name, name)
+            parts.append(f"{phases[name]['count']} {label}")
+    line = f"{', '.join(parts)} in {seconds(report['wall_time'])}"
+    error = report.get("error")
+    if error:
+        where = f" at {error['phase']} step {error['step']}" if error.get("phase") else ""
+        line += f"; stopped by {error['type']}{where}"
+    return line
+
+
+def render_text(report: dict[str, Any]) -> str:
+    out: list[str] = [f"tfdiag_magic: {headline(report)}", ""]
+    phases = report["steps"]["phases"]
+    if phases:
+        out.append(f"{'phase':<9}{'steps':>8}{'median':>11}{'p90':>11}{'steps/s':>10}  warm-up")
+        for name, p in phases.items():
+            warm = f"{p['warmup_count']} ({seconds(p['warmup_time'])})"
+            fused = f"  [{p['fused']} steps per call]" if p["fused"] > 1 else ""
+            median = seconds(p["median"]) if p["steady_count"] else seconds(p["median_all"]) + "*"
+            out.append(
+                f"{name:<9}{p['count']:>8}{median:>11}{seconds(p['p90']):>11}"
+                f"{rate(p['steps_per_second']):>10}  {warm}{fused}"
+            )
+        out.append("  (median and p90: steady state, warm-up steps excluded)")
+        if any(not p["steady_count"] for p in phases.values()):
+            out.append("  * every step of the phase was warm-up (it traced): median of all steps")
+    else:
+        out.append("No steps were recorded.")
+    split = report["time_split"]
+    wall = split["wall"]
+    wait = (
+        f"data wait {share(split['data_wait'], wall)} ({seconds(split['data_wait'])})"
+        if split["data_wait_observable"]
+        else "data wait: inside the Keras steps (not separable)"
+    )
+    out.append("")
+    out.append(
+        f"Time: compute {share(split['compute'], wall)} ({seconds(split['compute'])}), {wait}, "
+        f"other {share(split['other'], wall)} ({seconds(split['other'])})"
+    )
+    memory = report["memory"]
+    if memory["host_rss"]:
+        m = memory["host_rss"]
+        out.append(
+            f"Host memory (RSS): start {size(m['start'])}, peak {size(m['peak'])}, "
+            f"end {size(m['end'])}"
+        )
+    for device, m in memory["gpu"].items():
+        out.append(
+            f"{device} memory (TensorFlow): start {size(m['start'])}, peak {size(m['peak'])}, "
+            f"end {size(m['end'])}"
+        )
+    gpu = report["gpu"]
+    if not gpu["tensorflow_gpus"]:
+        out.append(f"GPU: TensorFlow sees none ({gpu['nvml']}).")
+    functions = [f for f in report["functions"] if f["calls"]]
+    if functions:
+        out.append("")
+        out.append("tf.functions (calls, traces in this run):")
+        for f in functions[:8]:
+            tag = " [Keras]" if f["keras_internal"] else ""
+            objects = f", {f['objects']} function objects" if f["objects"] > 1 else ""
+            out.append(f"  {f['name']}{tag}: {f['calls']} calls, {f['traces']} traces{objects}")
+    tracing = report["tracing"]
+    if tracing["count"]:
+        out.append(f"Tracing: {tracing['count']} traces took {seconds(tracing['time'])}")
+    gc = report["gc"]
+    if gc["collections"]:
+        out.append(
+            f"Python GC: {gc['collections']} collections, {seconds(gc['pause_time'])} paused "
+            f"({100 * gc['share']:.1f}% of the run)"
+        )
+    if report["loops"]:
+        out.append("")
+        out.append("Loops of the cell:")
+        for loop in report["loops"]:
+            out.append(f"  line {loop['lineno']}: {loop['source']}")
+    if report["warnings"]:
+        out.append("")
+        out.append(f"Warnings ({report['warnings_total']}):")
+        for w in report["warnings"][:5]:
+            first = w["message"].strip().splitlines()[0] if w["message"].strip() else ""
+            count = f" ×{w['count']}" if w["count"] > 1 else ""
+            out.append(f"  [{w['source']}] {first[:160]}{count}")
+    if report["findings"]:
+        out.append("")
+        out.append("Findings:")
+        for f in report["findings"]:
+            out.append(f"  {f['severity'].upper()} {f['code']}: {f['title']}")
+    error = report.get("error")
+    if error:
+        out.append("")
+        out.append(f"Error: {error['type']}: {error['message'].strip()[:400]}")
+        out.append("  (the record above holds everything up to it)")
+    return "\n".join(out)

@@ -1,0 +1,54 @@
+"""Shared fixtures: a real IPython shell with the extension loaded, on real TensorFlow.
+
+TensorFlow is configured once per test process with two logical CPU devices, so that
+tf.distribute.MirroredStrategy can be tested without a GPU. That must happen before TensorFlow
+initialises its runtime, hence at import of this file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(
+    _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+)
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def shell():
+    """The process's real IPython InteractiveShell, with tfdiag_magic loaded."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "tfdiag_magic")
+    return ip
+
+
+@pytest.fixture
+def ip(shell):
+    """The shell with a clean user namespace for one test."""
+    shell.reset(new_session=False)
+    yield shell
+    shell.reset(new_session=False)
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

@@ -13,8 +13,8 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import pytest
+import tensorflow as tf
 
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(

@@ -39,14 +39,22 @@ class OptimizerProbe:
 
         def apply(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            if rec.optimizer_depth or threading.get_ident() != rec.thread_id:
-                return original(optimizer, *args, **kwargs)
             top = rec.top_function
             if top is not None:
+                # Traced inside a tf.function the cell called: that function trains. (With
+                # tf.distribute the replica code runs, and is traced, on other threads.)
                 entry = rec.functions.get(id(top))
                 if entry is not None:
                     entry.updates = True
-            if top is not None or rec.driver_depth or rec.step_depth or not tf.executing_eagerly():
+            if threading.get_ident() != rec.thread_id:
+                return original(optimizer, *args, **kwargs)
+            if (
+                rec.optimizer_depth
+                or top is not None
+                or rec.driver_depth
+                or rec.step_depth
+                or not tf.executing_eagerly()
+            ):
                 rec.optimizer_depth += 1
                 try:
                     return original(optimizer, *args, **kwargs)

@@ -1,0 +1,286 @@
+"""Exact step counts for custom training: tf.function steps, eager GradientTape loops, the
+cell's own loops (with their data wait), ``step()`` markers; and the run's other facts:
+tracing, warnings, GC pauses."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tests.helpers import profiled
+
+SETUP = """
+import numpy as np, tensorflow as tf, keras
+x = np.random.default_rng(0).normal(size=(64, 6)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+optimizer = keras.optimizers.SGD(0.01)
+mse = keras.losses.MeanSquaredError()
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)   # 8 batches
+
+def grads_and_loss(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = mse(yb, model(xb, training=True))
+    return tape.gradient(loss, model.trainable_variables), loss
+"""
+
+
+@pytest.fixture
+def loop_ip(ip):
+    ip.run_cell(SETUP)
+    return ip
+
+
+def phases(r) -> dict[str, int]:
+    return r.record.phase_counts()
+
+
+def test_tf_function_training_loop(loop_ip):
+    result, r = profiled(
+        loop_ip,
+        "@tf.function\n"
+        "def train_step(xb, yb):\n"
+        "    grads, loss = grads_and_loss(xb, yb)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+        "@tf.function\n"
+        "def val_step(xb, yb):\n"
+        "    return mse(yb, model(xb))\n"
+        "for epoch in range(3):\n"
+        "    for xb, yb in ds:\n"
+        "        loss = train_step(xb, yb)\n"
+        "    val = val_step(x, y)\n",
+    )
+    assert result.success
+    counts = phases(r)
+    assert counts["train"] == 24  # optimizer updates: 3 epochs x 8 batches
+    assert counts["function"] == 3  # the validation function updates no weights
+    assert counts["loop"] == 3 + 24
+    steps = r.steps
+    train = steps[steps["phase"] == "train"]
+    assert set(train["kind"]) == {"tf_function"}
+    assert train["epoch"].tolist() == [e for e in range(3) for _ in range(8)]
+    assert np.isfinite(train["loss"]).all()  # the returned loss, read one step later
+    assert not train["eager"].any()
+    assert (train["data_wait"] >= 0).all()  # next() on the dataset, measured per step
+    stats = {f.name: f for f in r.record.functions}
+    assert stats["train_step"].calls == 24 and stats["train_step"].updates_weights
+    assert stats["val_step"].calls == 3 and not stats["val_step"].updates_weights
+
+
+def test_eager_gradient_tape_loop_counts_optimizer_updates(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "for xb, yb in ds.take(5):\n"
+        "    grads, loss = grads_and_loss(xb, yb)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+    )
+    counts = phases(r)
+    assert counts == {"train": 5, "loop": 5}
+    train = r.steps[r.steps["phase"] == "train"]
+    assert set(train["kind"]) == {"eager_update"}
+    assert train["eager"].all()
+    loops = r.steps[r.steps["phase"] == "loop"]
+    # The eager step holds the forward and backward pass: it starts with the iteration's body.
+    assert np.allclose(train["start"].to_numpy(), loops["start"].to_numpy(), atol=5e-4)
+
+
+def test_run_functions_eagerly_marks_tf_function_steps_eager(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "tf.config.run_functions_eagerly(True)\n"
+        "try:\n"
+        "    @tf.function\n"
+        "    def train_step(xb, yb):\n"
+        "        grads, loss = grads_and_loss(xb, yb)\n"
+        "        optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    for xb, yb in ds.take(3):\n"
+        "        train_step(xb, yb)\n"
+        "finally:\n"
+        "    tf.config.run_functions_eagerly(False)\n",
+    )
+    train = r.steps[r.steps["phase"] == "train"]
+    assert len(train) == 3 and train["eager"].all()
+
+
+def test_mirrored_strategy_custom_loop(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])\n"
+        "with strategy.scope():\n"
+        "    dmodel = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])\n"
+        "    dopt = keras.optimizers.SGD(0.01)\n"
+        "dist = strategy.experimental_distribute_dataset(ds)\n"
+        "def replica_step(xb, yb):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = tf.reduce_mean((dmodel(xb) - yb) ** 2)\n"
+        "    g = tape.gradient(loss, dmodel.trainable_variables)\n"
+        "    dopt.apply_gradients(zip(g, dmodel.trainable_variables))\n"
+        "    return loss\n"
+        "@tf.function\n"
+        "def dist_step(xb, yb):\n"
+        "    per = strategy.run(replica_step, args=(xb, yb))\n"
+        "    return strategy.reduce('SUM', per, axis=None)\n"
+        "for xb, yb in dist:\n"
+        "    dist_step(xb, yb)\n",
+    )
+    assert phases(r)["train"] == 8
+
+
+def test_predict_per_sample_shows_as_loop_iterations(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "outs = []\nfor i in range(6):\n    outs.append(model.predict(x[i:i + 1], verbose=0))\n",
+    )
+    counts = phases(r)
+    assert counts["loop"] == 6
+    assert counts["predict"] == 6  # one batch per predict call
+    assert r.record.loops[0].source == "for i in range(6):"
+
+
+def test_data_wait_is_the_time_in_next(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "import time\n"
+        "def slow_batches():\n"
+        "    for i in range(4):\n"
+        "        time.sleep(0.03)\n"
+        "        yield x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]\n"
+        "@tf.function\n"
+        "def train_step(xb, yb):\n"
+        "    grads, loss = grads_and_loss(xb, yb)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "for xb, yb in slow_batches():\n"
+        "    train_step(xb, yb)\n",
+    )
+    train = r.steps[r.steps["phase"] == "train"]
+    assert len(train) == 4
+    assert (train["data_wait"] >= 0.03).all()
+    split = r.report()["time_split"]
+    assert split["data_wait_observable"] and split["data_wait"] >= 0.12
+
+
+def test_while_loop_and_break(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "i = 0\n"
+        "while True:\n"
+        "    i += 1\n"
+        "    if i == 5:\n"
+        "        break\n"
+        "for j in range(10):\n"
+        "    if j == 3:\n"
+        "        break\n"
+        "after = (i, j)\n",
+    )
+    assert loop_ip.user_ns["after"] == (5, 3)
+    loops = r.steps[r.steps["phase"] == "loop"]
+    assert (loops["loop"] == 0).sum() == 5  # the while loop ran its body 5 times
+    assert (loops["loop"] == 1).sum() == 4  # the for loop started 4 iterations
+    assert np.isfinite(loops["duration"]).all()
+
+
+def test_step_marker_counts_marked_blocks(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "from tfdiag_magic import step\n"
+        "for i in range(3):\n"
+        "    with step() as s:\n"
+        "        grads, loss = grads_and_loss(x[:8], y[:8])\n"
+        "        optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "        s.loss = float(loss)\n"
+        "with step(phase='eval'):\n"
+        "    model(x)\n",
+    )
+    counts = phases(r)
+    # The optimizer update inside a marked step is part of it, not a step of its own.
+    assert counts["train"] == 3 and counts["eval"] == 1
+    train = r.steps[r.steps["phase"] == "train"]
+    assert set(train["kind"]) == {"marker"} and np.isfinite(train["loss"]).all()
+
+
+def test_step_marker_outside_a_run_does_nothing():
+    from tfdiag_magic import step
+
+    with step():
+        value = 1 + 1
+    assert value == 2
+    with pytest.raises(ValueError, match="phase must be one of"):
+        step(phase="warmup")
+
+
+def test_retracing_is_counted_and_its_warning_recorded(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "@tf.function\n"
+        "def scaled(xb, factor):\n"
+        "    return tf.reduce_sum(xb) * factor\n"
+        "for k in range(8):\n"
+        "    scaled(x[:8], float(k))   # a Python float: a new trace per value\n",
+    )
+    stats = {f.name: f for f in r.record.functions}
+    assert stats["scaled"].calls == 8 and stats["scaled"].traces == 8
+    top_traces = [t for t in r.record.traces if t.function == "scaled" and not t.nested]
+    assert len(top_traces) == 8
+    assert "factor" in top_traces[-1].signature
+    assert r.steps[r.steps["phase"] == "function"]["traced"].all()
+    assert any("retracing" in w.message for w in r.record.warnings)
+
+
+def test_function_created_in_a_loop_counts_objects(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "for k in range(4):\n    f = tf.function(lambda t: t * 2)\n    f(tf.constant(1.0))\n",
+    )
+    (stats,) = [f for f in r.record.functions if "lambda" in f.name]
+    assert stats.objects == 4 and stats.calls == 4 and stats.traces == 4
+
+
+def test_gc_pauses_are_recorded_per_step(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "import gc\n"
+        "class Node:\n"
+        "    def __init__(self):\n"
+        "        self.me = self\n"
+        "for i in range(3):\n"
+        "    junk = [Node() for _ in range(20000)]\n"
+        "    del junk\n"
+        "    gc.collect()\n",
+    )
+    gc_table = r.record.gc
+    assert gc_table["time"].size >= 3
+    assert gc_table["collected"].max() >= 20000
+    loops = r.steps[r.steps["phase"] == "loop"]
+    assert (loops["gc_time"] > 0).sum() == 3
+    assert r.report()["gc"]["collections"] == gc_table["time"].size
+
+
+def test_python_warnings_are_recorded_and_still_shown(loop_ip):
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        _, r = profiled(
+            loop_ip,
+            "import warnings\nwarnings.warn('watch out <here>', UserWarning)\n",
+        )
+    assert [w.message for w in r.record.warnings] == ["watch out <here>"]
+    # The warning still reached whatever showed warnings before the run.
+    assert [str(w.message) for w in shown] == ["watch out <here>"]
+
+
+def test_host_memory_is_sampled_over_steps(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "import time\nkeep = []\n"
+        "for i in range(5):\n"
+        "    keep.append(np.ones(4_000_000))   # 32 MB per iteration, kept\n"
+        "    time.sleep(0.06)\n",
+        options="-q -o r --memory-interval 0.01",
+    )
+    memory = r.record.memory
+    assert memory["time"].size >= 6
+    assert (np.diff(memory["step"]) >= 0).all()
+    rss = r.report()["memory"]["host_rss"]
+    assert rss["peak"] - rss["start"] >= 5 * 32_000_000 * 0.9

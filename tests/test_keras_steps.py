@@ -1,0 +1,169 @@
+"""Exact step counts for every way Keras drives training: fit, evaluate, predict, *_on_batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers import profiled
+
+SETUP = """
+import numpy as np, tensorflow as tf, keras
+x = np.random.default_rng(0).normal(size=(80, 6)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+def make_model(**compile_args):
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", **compile_args)
+    return model
+"""
+
+
+@pytest.fixture
+def keras_ip(ip):
+    ip.run_cell(SETUP)
+    return ip
+
+
+def phases(r) -> dict[str, int]:
+    return r.record.phase_counts()
+
+
+def test_fit_records_epochs_times_batches_as_train_steps(keras_ip):
+    result, r = profiled(
+        keras_ip, "m = make_model()\nm.fit(x, y, batch_size=16, epochs=3, verbose=0)"
+    )
+    assert result.success
+    assert phases(r) == {"train": 15}
+    steps = r.steps
+    assert steps["epoch"].tolist() == [e for e in range(3) for _ in range(5)]
+    assert set(steps["kind"]) == {"keras"}
+    assert (steps["duration"] > 0).all()
+    # The loss Keras reports is recorded, read after the step without an extra sync.
+    assert np.isfinite(steps["loss"]).sum() == 15
+    assert r.report()["steps"]["count"] == 15
+
+
+def test_fit_with_validation_records_eval_steps_per_epoch(keras_ip):
+    _, r = profiled(
+        keras_ip,
+        "m = make_model()\n"
+        "m.fit(x[:64], y[:64], validation_data=(x[64:], y[64:]), batch_size=16, epochs=2,"
+        " verbose=0)",
+    )
+    assert phases(r) == {"train": 8, "eval": 2}
+    evals = r.steps[r.steps["phase"] == "eval"]
+    assert evals["epoch"].tolist() == [0, 1]
+
+
+def test_steps_per_execution_counts_every_step_not_every_call(keras_ip):
+    # 80 samples / 16 = 5 batches per epoch, executed as calls of 2 + 2 + 1 steps.
+    _, r = profiled(
+        keras_ip,
+        "m = make_model(steps_per_execution=2)\nm.fit(x, y, batch_size=16, epochs=2, verbose=0)",
+    )
+    assert phases(r) == {"train": 10}
+    assert r.steps["fused"].tolist() == [2, 2, 2, 2, 1] * 2
+    assert r.report()["steps"]["phases"]["train"]["fused"] == 2
+
+
+def test_dataset_with_steps_per_epoch(keras_ip):
+    _, r = profiled(
+        keras_ip,
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()\n"
+        "m = make_model()\nm.fit(ds, steps_per_epoch=7, epochs=3, verbose=0)",
+    )
+    assert phases(r) == {"train": 21}
+
+
+def test_evaluate_and_predict_steps(keras_ip):
+    _, r = profiled(
+        keras_ip,
+        "m = make_model()\n"
+        "m.evaluate(x, y, batch_size=20, verbose=0)\n"
+        "p = m.predict(x, batch_size=32, verbose=0)",
+    )
+    assert phases(r) == {"eval": 4, "predict": 3}
+    assert keras_ip.user_ns["p"].shape == (80, 1)
+    assert r.report()["steps"]["count"] == 0  # no training step
+
+
+def test_on_batch_calls_are_steps(keras_ip):
+    _, r = profiled(
+        keras_ip,
+        "m = make_model()\n"
+        "for i in range(4):\n"
+        "    loss = m.train_on_batch(x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8])\n"
+        "m.test_on_batch(x[:8], y[:8])\n"
+        "m.test_on_batch(x[8:16], y[8:16])\n"
+        "m.predict_on_batch(x[:8])",
+    )
+    counts = phases(r)
+    assert counts["train"] == 4 and counts["eval"] == 2 and counts["predict"] == 1
+    assert counts["loop"] == 4
+    train = r.steps[r.steps["phase"] == "train"]
+    assert set(train["kind"]) == {"on_batch"}
+    assert np.isfinite(train["loss"]).all()
+
+
+def test_run_eagerly_marks_steps_eager(keras_ip):
+    _, r = profiled(
+        keras_ip,
+        "m = make_model(run_eagerly=True)\nm.fit(x, y, batch_size=40, epochs=1, verbose=0)",
+    )
+    assert phases(r) == {"train": 2}
+    assert r.steps["eager"].all()
+
+
+def test_graph_fit_steps_are_not_eager_and_first_step_traces(keras_ip):
+    _, r = profiled(keras_ip, "m = make_model()\nm.fit(x, y, batch_size=40, epochs=2, verbose=0)")
+    steps = r.steps
+    assert not steps["eager"].any()
+    assert steps["traced"].iloc[0]
+    keras_functions = [f for f in r.record.functions if f.keras_internal]
+    assert keras_functions and sum(f.calls for f in keras_functions) >= 4
+    assert any(f.updates_weights for f in keras_functions)
+
+
+def test_mirrored_strategy_fit_on_two_logical_cpus(keras_ip):
+    _, r = profiled(
+        keras_ip,
+        "strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])\n"
+        "with strategy.scope():\n"
+        "    m = make_model()\n"
+        "m.fit(x, y, batch_size=16, epochs=2, verbose=0)\n"
+        "n_replicas = strategy.num_replicas_in_sync",
+    )
+    assert keras_ip.user_ns["n_replicas"] == 2
+    assert phases(r) == {"train": 10}
+
+
+def test_callback_time_is_kept_apart_from_the_step(keras_ip):
+    _, r = profiled(
+        keras_ip,
+        "import time\n"
+        "class Slow(keras.callbacks.Callback):\n"
+        "    def on_train_batch_end(self, batch, logs=None):\n"
+        "        time.sleep(0.01)\n"
+        "m = make_model()\nm.fit(x, y, batch_size=20, epochs=1, verbose=0, callbacks=[Slow()])",
+    )
+    steps = r.steps
+    assert len(steps) == 4
+    # The sleep is measured as callback time (a floor), and not inside the step.
+    assert (steps["callback_time"] >= 0.01).all()
+    assert (steps["duration"] < steps["callback_time"]).sum() >= 3
+
+
+def test_exception_in_fit_gives_the_failing_step(keras_ip):
+    result, r = profiled(
+        keras_ip,
+        "class Boom(keras.callbacks.Callback):\n"
+        "    def on_train_batch_begin(self, batch, logs=None):\n"
+        "        if batch == 3:\n"
+        "            raise RuntimeError('stop at 3')\n"
+        "m = make_model()\nm.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[Boom()])",
+    )
+    assert isinstance(result.error_in_exec, RuntimeError)
+    assert phases(r) == {"train": 3}
+    assert r.record.error.type == "RuntimeError"
+    assert r.record.error.step == 3

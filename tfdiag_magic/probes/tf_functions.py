@@ -23,13 +23,44 @@ _SIGNATURE_CHARS = 400
 class FunctionEntry:
     """What the probe learned about one tf.function object during the run."""
 
-    __slots__ = ("calls", "function", "traces_before", "updates")
+    __slots__ = ("calls", "function", "inspected", "traces_before", "updates")
 
     def __init__(self, function: Any) -> None:
         self.function = function
         self.calls = 0
         self.traces_before = _tracing_count(function)
         self.updates = False
+        self.inspected = False
+
+
+_ASSIGN_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+
+
+def graph_updates_trainable_variables(function: Any) -> bool:
+    """Whether a graph of `function` assigns to a trainable variable (it is a training step).
+
+    Used for functions traced before the run started, whose optimizer update the optimizer
+    probe could not see being traced. Metric and optimizer-slot variables are not trainable,
+    so an evaluation step that updates metrics is not taken for a training step.
+    """
+    try:
+        concrete_functions = function._list_all_concrete_functions()
+    except Exception:
+        return False
+    for concrete in concrete_functions:
+        graph = concrete.graph
+        by_handle = {id(v.handle): v for v in concrete.variables}
+        captured = {
+            inner.name: by_handle[id(outer)]
+            for outer, inner in graph.captures
+            if id(outer) in by_handle
+        }
+        for op in graph.get_operations():
+            if op.type in _ASSIGN_OPS and op.inputs:
+                variable = captured.get(op.inputs[0].name)
+                if variable is not None and getattr(variable, "trainable", False):
+                    return True
+    return False
 
 
 def _tracing_count(function: Any) -> int:
@@ -144,6 +175,10 @@ class TFFunctionProbe:
                 rec.step_depth -= 1
             end = perf_counter()
             eager = bool(function._run_functions_eagerly)
+            if not entry.inspected:
+                entry.inspected = True
+                if not entry.updates and not eager:
+                    entry.updates = graph_updates_trainable_variables(function)
             if entry.updates:
                 rec.add_step(train, kind, start, end, wait, -1, eager, _scalar_loss(result))
                 rec.training_step_done(end)

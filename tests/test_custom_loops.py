@@ -284,3 +284,26 @@ def test_host_memory_is_sampled_over_steps(loop_ip):
     assert (np.diff(memory["step"]) >= 0).all()
     rss = r.report()["memory"]["host_rss"]
     assert rss["peak"] - rss["start"] >= 5 * 32_000_000 * 0.9
+
+
+def test_functions_traced_before_the_run_are_still_classified(loop_ip):
+    # Defined and traced in an earlier, unprofiled cell: the run never sees them trace.
+    loop_ip.run_cell(
+        "metric = keras.metrics.Mean()\n"
+        "@tf.function\n"
+        "def train_step(xb, yb):\n"
+        "    grads, loss = grads_and_loss(xb, yb)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+        "@tf.function\n"
+        "def eval_step(xb, yb):\n"
+        "    metric.update_state(mse(yb, model(xb)))   # assigns variables, not trainable ones\n"
+        "train_step(x[:8], y[:8]); eval_step(x[:8], y[:8])\n"
+    )
+    _, r = profiled(
+        loop_ip,
+        "for xb, yb in ds:\n    train_step(xb, yb)\n    eval_step(xb, yb)\n",
+    )
+    counts = phases(r)
+    assert counts["train"] == 8 and counts["function"] == 8
+    assert not r.steps["traced"].any()

@@ -137,16 +137,16 @@ class TFProfileMagics(Magics):
             label=args.output or "",
         )
         try:
-            result = session.__enter__()
+            result = session.start()
         except TensorFlowMissingError as exc:
             raise UsageError(str(exc)) from None
         try:
             value = run(prepared, shell.user_global_ns, shell.user_ns)
         except BaseException as exc:
-            session.__exit__(type(exc), exc, exc.__traceback__)
+            session.stop(exc)
             self._publish(result, args)
             raise
-        session.__exit__(None, None, None)
+        session.stop()
         self._publish(result, args)
         return value
 

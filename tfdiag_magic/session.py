@@ -64,38 +64,7 @@ class Session:
         self._rec: Recorder | None = None
 
     def __enter__(self) -> ProfileResult:
-        tf = import_tensorflow()
-        rec = Recorder(memory_interval=self.options.memory_interval)
-        rec.loops = list(self.loops)
-        active.claim(rec)
-        self._rec = rec
-        gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
-        self._facts = _environment_facts(tf, gpus)
-        self._function_probe = TFFunctionProbe()
-        self._gc_probe = GCProbe()
-        self._nvml = NVMLSampler(self.options.nvml_interval) if self.options.nvml else None
-        probes: list[Probe] = [
-            MemoryProbe(gpus),
-            WarningsProbe(),
-            self._gc_probe,
-            self._function_probe,
-            OptimizerProbe(),
-            KerasProbe(),
-        ]
-        if self._nvml is not None:
-            probes.append(self._nvml)
-        if self.namespace is not None and self.loops:
-            probes.append(LoopProbe(self.namespace))
-        try:
-            for probe in probes:
-                probe.install(rec)
-                self._probes.append(probe)
-        except BaseException:
-            self._remove_probes()
-            active.release(rec)
-            raise
-        rec.t0_wall = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-        return self.result
+        return self.start()
 
     def __exit__(
         self,
@@ -104,8 +73,50 @@ class Session:
         tb: TracebackType | None,
     ) -> None:
         __tracebackhide__ = True
+        self.stop(exc)
+
+    def start(self) -> ProfileResult:
+        """Install every probe; returns the result object that `stop()` fills."""
+        tf = import_tensorflow()
+        rec = Recorder(memory_interval=self.options.memory_interval)
+        rec.loops = list(self.loops)
+        rec.t0_wall = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        active.claim(rec)
+        try:
+            gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+            self._facts = _environment_facts(tf, gpus)
+            self._function_probe = TFFunctionProbe()
+            self._gc_probe = GCProbe()
+            self._nvml = NVMLSampler(self.options.nvml_interval) if self.options.nvml else None
+            probes: list[Probe] = [
+                MemoryProbe(gpus),
+                WarningsProbe(),
+                self._gc_probe,
+                self._function_probe,
+                OptimizerProbe(),
+                KerasProbe(),
+            ]
+            if self._nvml is not None:
+                probes.append(self._nvml)
+            if self.namespace is not None and self.loops:
+                probes.append(LoopProbe(self.namespace))
+            for probe in probes:
+                probe.install(rec)
+                self._probes.append(probe)
+        except BaseException:
+            self._remove_probes()
+            active.release(rec)
+            raise
+        self._rec = rec
+        return self.result
+
+    def stop(self, exc: BaseException | None = None) -> ProfileResult:
+        """Remove every probe and build the record; `exc` is what ended the code, if anything."""
+        __tracebackhide__ = True
         rec = self._rec
-        assert rec is not None, "session exited without being entered"
+        if rec is None:
+            raise RuntimeError("the session was stopped without being started")
+        self._rec = None
         try:
             if exc is not None:
                 rec.set_error(exc)
@@ -115,6 +126,7 @@ class Session:
             finally:
                 active.release(rec)
         self.result.record = self._build_record(rec)
+        return self.result
 
     def _remove_probes(self) -> None:
         errors: list[BaseException] = []
@@ -129,7 +141,7 @@ class Session:
 
     def _build_record(self, rec: Recorder) -> Record:
         record = rec.finish()
-        record.started_at = getattr(rec, "t0_wall", "")
+        record.started_at = rec.t0_wall
         record.source = self.source
         record.traces = list(rec.traces)
         record.functions = self._function_probe.function_stats()

@@ -108,7 +108,10 @@ def test_run_functions_eagerly_marks_tf_function_steps_eager(loop_ip):
 def test_mirrored_strategy_custom_loop(loop_ip):
     _, r = profiled(
         loop_ip,
-        "strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])\n"
+        # Reduction without collectives: collective instance keys of strategies created
+        # earlier in the same test process would collide.
+        "strategy = tf.distribute.MirroredStrategy(\n"
+        "    ['/cpu:0', '/cpu:1'], cross_device_ops=tf.distribute.ReductionToOneDevice())\n"
         "with strategy.scope():\n"
         "    dmodel = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])\n"
         "    dopt = keras.optimizers.SGD(0.01)\n"

@@ -128,7 +128,10 @@ def test_graph_fit_steps_are_not_eager_and_first_step_traces(keras_ip):
 def test_mirrored_strategy_fit_on_two_logical_cpus(keras_ip):
     _, r = profiled(
         keras_ip,
-        "strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])\n"
+        # Reduction without collectives: collective instance keys of strategies created
+        # earlier in the same test process would collide.
+        "strategy = tf.distribute.MirroredStrategy(\n"
+        "    ['/cpu:0', '/cpu:1'], cross_device_ops=tf.distribute.ReductionToOneDevice())\n"
         "with strategy.scope():\n"
         "    m = make_model()\n"
         "m.fit(x, y, batch_size=16, epochs=2, verbose=0)\n"

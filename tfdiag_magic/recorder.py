@@ -121,36 +121,23 @@ class Recorder:
             if epoch < 0 and len(self.open_loops) > 1:
                 epoch = self.open_loops[0].index
         t0 = self.t0
-        if fused == 1:
-            c["start"].append(start - t0)
-            c["duration"].append(end - start)
-            c["data_wait"].append(data_wait)
+        share = (end - start) / fused
+        if fused > 1:
+            self.fused_groups.append((start - t0, fused))
+        for i in range(fused):
+            c["start"].append(start - t0 + i * share)
+            c["duration"].append(share)
+            c["data_wait"].append(data_wait if i == 0 else NAN)
             c["phase"].append(phase)
             c["kind"].append(kind)
             c["epoch"].append(epoch)
             c["loss"].append(NAN)
             c["eager"].append(eager)
-            c["fused"].append(1)
+            c["fused"].append(fused)
             c["loop"].append(loop)
             c["callback_time"].append(0.0)
-            self.count = index + 1
-        else:
-            share = (end - start) / fused
-            self.fused_groups.append((start - t0, fused))
-            for i in range(fused):
-                c["start"].append(start - t0 + i * share)
-                c["duration"].append(share)
-                c["data_wait"].append(data_wait if i == 0 else NAN)
-                c["phase"].append(phase)
-                c["kind"].append(kind)
-                c["epoch"].append(epoch)
-                c["loss"].append(NAN)
-                c["eager"].append(eager)
-                c["fused"].append(fused)
-                c["loop"].append(loop)
-                c["callback_time"].append(0.0)
-            index += fused - 1
-            self.count = index + 1
+        index += fused - 1
+        self.count = index + 1
         if loss is not None:
             if isinstance(loss, (float, int)):
                 c["loss"][index] = loss

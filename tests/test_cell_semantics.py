@@ -101,12 +101,6 @@ def test_trailing_semicolon_expression_is_still_evaluated(ip):
     assert ip.user_ns["calls"] == ["plain", "profiled"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a final `expr;` in a profiled cell still becomes the cell's value (Out[n]); "
-    "IPython's displayhook cannot see the `;` because it checks the transformed cell "
-    "`get_ipython().run_cell_magic(...)`, and the magic returns the value",
-)
 def test_trailing_semicolon_suppresses_the_result_as_in_plain_ipython(ip, capsys):
     run_cell(ip, "b = 7")
     plain = run_cell(ip, "b + 1;")
@@ -295,11 +289,6 @@ def test_traceback_points_at_the_users_raising_line(train_ip, capsys):
     assert not re.search(r"File .*tfdiag_magic[/\\]", text), text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cell is cached under shell.execution_count, which IPython 9 has already "
-    "advanced to the next cell's number, so the traceback says In[n+1] for cell In[n]",
-)
 def test_traceback_names_the_failing_cell_by_its_own_execution_count(train_ip, capsys):
     capsys.readouterr()
     result, _ = profiled(train_ip, FAILING_CELL)

@@ -154,11 +154,6 @@ def test_failing_profiled_cell_shows_the_users_error_and_line(notebook):
     assert not re.search(r"File .*tfdiag_magic[/\\]", traceback), traceback
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the profiled code is cached under shell.execution_count, which IPython 9 has "
-    "already advanced to the next cell's number: the traceback says In[n+1] for cell In[n]",
-)
 def test_failing_cell_traceback_names_the_cell_by_its_execution_count(notebook):
     (error,) = outputs(notebook, FAILING, "error")
     traceback = ANSI.sub("", "\n".join(error.traceback))

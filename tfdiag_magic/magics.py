@@ -121,7 +121,7 @@ class TFProfileMagics(Magics):
         transformed = shell.transform_cell(code)
         # The body starts on the cell's second line: keep tracebacks' line numbers the user's.
         source = transformed if header is None else f"# %%tfprofile {header}\n{transformed}"
-        filename = shell.compile.cache(source, shell.execution_count, raw_code=source)
+        filename = shell.compile.cache(source, _running_cell_number(shell), raw_code=source)
         prepared = prepare(
             source,
             filename,
@@ -148,6 +148,8 @@ class TFProfileMagics(Magics):
             raise
         session.stop()
         self._publish(result, args)
+        if value is not None and _ends_with_semicolon(shell, transformed):
+            return None  # `expr;` shows nothing, as in any other cell
         return value
 
     def _publish(self, result: ProfileResult, args: Any) -> None:
@@ -172,6 +174,20 @@ class TFProfileMagics(Magics):
                 f"tfdiag_magic: could not render the report: {type(exc).__name__}: {exc}",
                 file=sys.stderr,
             )
+
+
+def _running_cell_number(shell: Any) -> int:
+    """The execution count of the cell being run (IPython may have advanced its counter)."""
+    running = getattr(shell.displayhook, "exec_result", None)
+    count = getattr(running, "execution_count", None)
+    return int(count) if count is not None else int(shell.execution_count)
+
+
+def _ends_with_semicolon(shell: Any, source: str) -> bool:
+    try:
+        return bool(shell.displayhook.semicolon_at_end_of_expression(source))
+    except Exception:  # tokenize errors on unusual source: treat as no semicolon
+        return False
 
 
 def load(ipython: Any) -> None:

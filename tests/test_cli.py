@@ -356,12 +356,6 @@ def test_step_marker_without_a_run_does_nothing_and_needs_no_tensorflow(tmp_path
     assert proc.stdout.strip() == "OK"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.profile_script enters the Session inside the try that catches the script's "
-    "errors, so TensorFlowMissingError is taken for a script error and _report then fails "
-    "with RuntimeError('the profiling run has not finished yet'); exit code 1, not 2",
-)
 def test_cli_without_tensorflow_exits_2_with_the_install_hint(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("print('ran')\n", encoding="utf-8")

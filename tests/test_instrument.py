@@ -332,12 +332,6 @@ def test_inner_while_loop_rows_carry_the_outer_for_iteration_as_epoch():
     assert result.record.steps["epoch"][result.rows(3)].tolist() == [0, 0, 0, 1, 1, 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="instrument._LoopRewriter numbers a nested loop before the loop around it "
-    "(generic_visit runs before _loop_id), so record.loops and the report's 'Loops of the "
-    "cell' are not in source order",
-)
 def test_loops_are_numbered_in_source_order_outer_before_inner():
     prepared = prepare("for i in range(2):\n    for j in range(2):\n        pass\n", FILENAME)
     assert [(loop.id, loop.lineno) for loop in prepared.loops] == [(0, 1), (1, 2)]

@@ -70,26 +70,42 @@ def profile_script(
         sys.path[0] = str(script.parent.resolve())
     session = Session(source=source, loops=prepared.loops, namespace=namespace, label=script.name)
     error: BaseException | None = None
+    result = session.start()  # outside the try: a missing TensorFlow is not the script's error
     try:
-        with session:
-            run(prepared, namespace)
+        run(prepared, namespace)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             error = exc
     except BaseException as exc:
         error = exc
     finally:
+        session.stop(error)
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
-    return session.result, error
+    return result, error
+
+
+def _print_user_traceback(error: BaseException) -> None:
+    """Print the script's exception without the profiler's own frames."""
+    package = str(Path(__file__).resolve().parent)
+    tb = error.__traceback__
+    frames = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(package):
+            frames.append(tb)
+        tb = tb.tb_next
+    # Relink the user's frames (a traceback's tb_next is writable) and print from the first.
+    for current, following in zip(frames, [*frames[1:], None], strict=True):
+        current.tb_next = following
+    traceback.print_exception(type(error), error, frames[0] if frames else None)
 
 
 def _report(
     result: ProfileResult, error: BaseException | None, json_path: Path, html_path: Path | None
 ) -> int:
     if error is not None and not isinstance(error, SystemExit):
-        traceback.print_exception(error)
+        _print_user_traceback(error)
     print(result.summary())
     result.to_json(json_path)
     print(f"\nJSON report: {json_path}")

@@ -64,14 +64,14 @@ class _LoopRewriter(ast.NodeTransformer):
         return ast.fix_missing_locations(wrapped)
 
     def visit_For(self, node: ast.For) -> ast.AST:
+        loop_id = self._loop_id(node)  # before the loops inside it: ids in source order
         self.generic_visit(node)
-        loop_id = self._loop_id(node)
         node.iter = ast.copy_location(_call("iterate", node.iter, ast.Constant(loop_id)), node.iter)
         return self._wrap(node, loop_id)
 
     def visit_While(self, node: ast.While) -> ast.AST:
-        self.generic_visit(node)
         loop_id = self._loop_id(node)
+        self.generic_visit(node)
         tick = ast.copy_location(ast.Expr(value=_call("tick", ast.Constant(loop_id))), node)
         node.body = [tick, *node.body]
         return self._wrap(node, loop_id)

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Record
-from tfdiag_magic.recorder import KIND, PHASE, Recorder
+from tfdiag_magic.recorder import KIND, LOSS_BATCH, PHASE, Recorder
 from tfdiag_magic.result import ProfileResult
 from tfdiag_magic.stats import phase_stats, warmup_mask
 from tfdiag_magic.views.summary import build_report
@@ -274,20 +274,33 @@ class CountingLoss:
         return self.value
 
 
-def test_loss_object_is_not_read_inside_its_step_but_at_the_next_add_step():
-    rec = Recorder()
-    loss = CountingLoss(2.25)
-    _add(rec, "train", 0.0, 0.1, loss=loss)
-    assert loss.reads == 0  # reading it could make the host wait for the device
-    _add(rec, "train", 0.1, 0.2)
-    assert loss.reads == 1
+def test_loss_object_is_not_read_inside_its_step_but_once_in_a_later_batch():
+    rec = Recorder(memory_interval=3600)  # no time-based reading in this test
+    losses = [CountingLoss(0.5 + i) for i in range(LOSS_BATCH + 1)]
+    _add(rec, "train", 0.0, 0.1, loss=losses[0])
+    assert losses[0].reads == 0  # reading it could make the host wait for the device
+    for i, loss in enumerate(losses[1:], start=1):
+        _add(rec, "train", 0.1 * i, 0.1 * i + 0.05, loss=loss)
+    # A full batch was read at once, except the newest loss (its step may still be running).
+    assert [loss.reads for loss in losses[: LOSS_BATCH - 1]] == [1] * (LOSS_BATCH - 1)
+    assert [loss.reads for loss in losses[LOSS_BATCH - 1 :]] == [0, 0]
     record = rec.finish()
-    assert loss.reads == 1
-    assert record.steps["loss"][0] == pytest.approx(2.25)
-    assert np.isnan(record.steps["loss"][1])
+    assert [loss.reads for loss in losses] == [1] * (LOSS_BATCH + 1)
+    np.testing.assert_allclose(record.steps["loss"], [0.5 + i for i in range(LOSS_BATCH + 1)])
 
 
-def test_zero_d_numpy_loss_is_settled_into_its_own_row_by_the_next_step():
+def test_memory_sample_reads_the_waiting_losses_but_not_the_newest():
+    rec = Recorder(memory_interval=0.0)  # a sample after every step
+    first, second = CountingLoss(1.0), CountingLoss(2.0)
+    _add(rec, "train", 0.0, 0.1, loss=first)
+    assert first.reads == 0
+    _add(rec, "train", 0.1, 0.2, loss=second)
+    assert (first.reads, second.reads) == (1, 0)
+    rec.finish()
+    assert second.reads == 1
+
+
+def test_zero_d_numpy_loss_is_settled_into_its_own_row():
     rec = Recorder()
     _add(rec, "train", 0.0, 0.1, loss=np.array(0.75, dtype=np.float32))
     _add(rec, "train", 0.1, 0.2, loss=np.array(0.5))

@@ -8,7 +8,6 @@ columns into a `Record`; nothing in this module imports TensorFlow.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from array import array
@@ -34,6 +33,7 @@ _ARRAY_CODES = {
 }
 _POST_RUN_COLUMNS = ("traced", "gc_time")  # filled from other tables after the run
 MAX_WARNINGS = 1000
+LOSS_BATCH = 256  # losses read at once; also read at every memory sample
 NAN = math.nan
 
 
@@ -81,7 +81,11 @@ class Recorder:
         self.anchor = self.t0  # when the work of the next eager step can have begun (absolute)
         self.open_loops: list[OpenLoop] = []
         self.loops: list[LoopInfo] = []
-        self._pending_loss: tuple[int, Any] | None = None
+        # Losses that are device values are read in batches, long after their step ended, so
+        # reading them never makes the host wait for the device inside a step.
+        self._loss_rows: list[int] = []
+        self._loss_values: list[Any] = []
+        self.read_losses: Callable[[list[Any]], list[float]] = _read_each
         # Memory samples, taken from the hot path at most every memory_interval seconds.
         self._next_memory = 0.0
         self.mem_time = array("d")
@@ -110,8 +114,6 @@ class Recorder:
         loop_id: int | None = None,
     ) -> None:
         """Append one step (or `fused` steps sharing one host call) that ran from start to end."""
-        if self._pending_loss is not None:
-            self._settle_loss()
         c = self._c
         index = self.count
         if loop_id is not None:
@@ -142,7 +144,10 @@ class Recorder:
             if isinstance(loss, (float, int)):
                 c["loss"][index] = loss
             else:
-                self._pending_loss = (index, loss)
+                self._loss_rows.append(index)
+                self._loss_values.append(loss)
+                if len(self._loss_rows) >= LOSS_BATCH:
+                    self.settle_losses(keep_newest=True)
         if end >= self._next_memory:
             self.sample_memory(end)
 
@@ -166,14 +171,29 @@ class Recorder:
         self.pending_wait = NAN
         return wait
 
-    def _settle_loss(self) -> None:
-        # The loss of an earlier step is read once a later step has ended, so reading it does
-        # not make the host wait for the device inside the step that produced it.
-        index, value = self._pending_loss  # type: ignore[misc]
-        self._pending_loss = None
-        # A non-scalar, or a value that cannot be read, leaves no loss; it is not an error.
-        with contextlib.suppress(Exception):
-            self._c["loss"][index] = float(value)
+    def settle_losses(self, keep_newest: bool = False) -> None:
+        """Read the losses waiting to be read into the loss column (NaN where unreadable).
+
+        With `keep_newest`, the loss of the step that just ended stays queued: on a GPU that
+        step may still be running, and reading its loss now would wait for it.
+        """
+        if not self._loss_rows:
+            return
+        rows, values = self._loss_rows, self._loss_values
+        if keep_newest:
+            if len(rows) == 1:
+                return
+            self._loss_rows, self._loss_values = rows[-1:], values[-1:]
+            rows, values = rows[:-1], values[:-1]
+        else:
+            self._loss_rows, self._loss_values = [], []
+        try:
+            numbers = self.read_losses(values)
+        except Exception:
+            numbers = _read_each(values)
+        column = self._c["loss"]
+        for row, number in zip(rows, numbers, strict=False):
+            column[row] = number
 
     # -- loops ---------------------------------------------------------------------------------
 
@@ -231,6 +251,7 @@ class Recorder:
         if now is None:
             now = perf_counter()
         self._next_memory = now + self.memory_interval
+        self.settle_losses(keep_newest=True)
         self.mem_time.append(now - self.t0)
         self.mem_rss.append(self.rss_reader() if self.rss_reader else -1)
         if self.gpu_reader is not None:
@@ -292,8 +313,7 @@ class Recorder:
     def finish(self) -> Record:
         """Close what is still open and return the columns as a Record (steps sorted by start)."""
         self.close_all_loops()
-        if self._pending_loss is not None:
-            self._settle_loss()
+        self.settle_losses()
         self.sample_memory()
         steps = {
             name: np.frombuffer(self._cols[name], dtype=_ARRAY_CODES[dtype]).astype(dtype)
@@ -339,3 +359,13 @@ def _caused_by(exc: BaseException, origin: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
+
+
+def _read_each(values: list[Any]) -> list[float]:
+    numbers = []
+    for value in values:
+        try:
+            numbers.append(float(value))
+        except Exception:  # a non-scalar, or a value that cannot be read: no loss
+            numbers.append(NAN)
+    return numbers

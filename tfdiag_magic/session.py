@@ -29,7 +29,7 @@ from .probes.tf_functions import TFFunctionProbe
 from .record import KINDS, LoopInfo, Record
 from .recorder import Recorder
 from .result import ProfileResult
-from .tf_runtime import import_tensorflow
+from .tf_runtime import import_tensorflow, read_losses
 
 
 @dataclass
@@ -80,6 +80,7 @@ class Session:
         tf = import_tensorflow()
         rec = Recorder(memory_interval=self.options.memory_interval)
         rec.loops = list(self.loops)
+        rec.read_losses = read_losses
         rec.t0_wall = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         active.claim(rec)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 INSTALL_HINT = (
     "tfdiag_magic needs TensorFlow 2.16 or newer with Keras 3. Install one TensorFlow build, "
@@ -31,3 +32,10 @@ def import_tensorflow() -> ModuleType:
             f"{INSTALL_HINT}\n(found Keras {keras.__version__}; Keras 3 is needed)"
         )
     return tf
+
+
+def read_losses(values: list[Any]) -> list[float]:
+    """Read many scalar loss tensors with one stack and one copy to the host."""
+    import tensorflow as tf
+
+    return [float(v) for v in tf.stack(values).numpy().ravel()]

@@ -23,7 +23,7 @@ _SIGNATURE_CHARS = 400
 class FunctionEntry:
     """What the probe learned about one tf.function object during the run."""
 
-    __slots__ = ("calls", "function", "inspected", "traces_before", "updates")
+    __slots__ = ("calls", "function", "inspected", "loss_at", "traces_before", "updates")
 
     def __init__(self, function: Any) -> None:
         self.function = function
@@ -31,6 +31,7 @@ class FunctionEntry:
         self.traces_before = _tracing_count(function)
         self.updates = False
         self.inspected = False
+        self.loss_at: Any = _UNKNOWN  # where the returned loss sits, learned on the first call
 
 
 _ASSIGN_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
@@ -70,19 +71,38 @@ def _tracing_count(function: Any) -> int:
         return 0
 
 
-def _scalar_loss(result: Any) -> Any:
-    """A scalar floating tensor the step returned (its loss), without reading its value."""
-    if isinstance(result, dict):
-        result = result.get("loss")
-    elif isinstance(result, (tuple, list)) and result:
-        result = result[0]
-    dtype = getattr(result, "dtype", None)
-    if dtype is None or not getattr(dtype, "is_floating", False):
-        return None
-    shape = getattr(result, "shape", None)
-    if shape is None or len(shape) != 0:
-        return None
-    return result
+_UNKNOWN = object()
+
+
+def _is_scalar_float(value: Any) -> bool:
+    dtype = getattr(value, "dtype", None)
+    shape = getattr(value, "shape", None)
+    return bool(getattr(dtype, "is_floating", False)) and shape is not None and len(shape) == 0
+
+
+def loss_location(result: Any) -> str | int | None:
+    """Where a step function's result holds its loss: the result itself, key "loss", index 0."""
+    if _is_scalar_float(result):
+        return "self"
+    if isinstance(result, dict) and _is_scalar_float(result.get("loss")):
+        return "loss"
+    if isinstance(result, (tuple, list)) and result and _is_scalar_float(result[0]):
+        return 0
+    return None
+
+
+def loss_at(result: Any, location: str | int | None) -> Any:
+    """The loss in `result` at `location` (see `loss_location`), without reading its value."""
+    try:
+        if location == "self":
+            return result
+        if location == "loss":
+            return result["loss"]
+        if location == 0:
+            return result[0]
+    except (KeyError, IndexError, TypeError):
+        pass
+    return None
 
 
 class TFFunctionProbe:
@@ -179,11 +199,15 @@ class TFFunctionProbe:
                 entry.inspected = True
                 if not entry.updates and not eager:
                     entry.updates = graph_updates_trainable_variables(function)
+            location = entry.loss_at
+            if location is _UNKNOWN:
+                location = entry.loss_at = loss_location(result)
+            loss = loss_at(result, location) if location is not None else None
             if entry.updates:
-                rec.add_step(train, kind, start, end, wait, -1, eager, _scalar_loss(result))
+                rec.add_step(train, kind, start, end, wait, -1, eager, loss)
                 rec.training_step_done(end)
             else:
-                rec.add_step(other, kind, start, end, wait, -1, eager, _scalar_loss(result))
+                rec.add_step(other, kind, start, end, wait, -1, eager, loss)
                 if not eager:
                     rec.graph_calls += 1
             return result

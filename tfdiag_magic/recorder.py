@@ -63,6 +63,22 @@ class Recorder:
             if name not in _POST_RUN_COLUMNS
         }
         self._c = self._cols  # short alias for the hot path
+        self._appenders = tuple(
+            self._cols[name].append
+            for name in (
+                "start",
+                "duration",
+                "data_wait",
+                "phase",
+                "kind",
+                "epoch",
+                "loss",
+                "eager",
+                "fused",
+                "loop",
+                "callback_time",
+            )
+        )
         self.functions: dict[int, Any] = {}  # id(tf.function) -> FunctionEntry, see tf_functions
         self.traces: list[Any] = []  # TraceEvent, appended while tracing
         self.optimizer_depth = 0
@@ -113,41 +129,68 @@ class Recorder:
         fused: int = 1,
         loop_id: int | None = None,
     ) -> None:
-        """Append one step (or `fused` steps sharing one host call) that ran from start to end."""
-        c = self._c
-        index = self.count
-        if loop_id is not None:
-            loop = loop_id
-        else:
-            loop = self.open_loops[-1].loop_id if self.open_loops else -1
-            if epoch < 0 and len(self.open_loops) > 1:
-                epoch = self.open_loops[0].index
-        t0 = self.t0
-        share = (end - start) / fused
-        if fused > 1:
-            self.fused_groups.append((start - t0, fused))
-        for i in range(fused):
-            c["start"].append(start - t0 + i * share)
-            c["duration"].append(share)
-            c["data_wait"].append(data_wait if i == 0 else NAN)
-            c["phase"].append(phase)
-            c["kind"].append(kind)
-            c["epoch"].append(epoch)
-            c["loss"].append(NAN)
-            c["eager"].append(eager)
-            c["fused"].append(fused)
-            c["loop"].append(loop)
-            c["callback_time"].append(0.0)
-        index += fused - 1
-        self.count = index + 1
-        if loss is not None:
-            if isinstance(loss, (float, int)):
-                c["loss"][index] = loss
+        """Append one step (or `fused` steps sharing one host call) that ran from start to end.
+
+        This runs once per step: it reads no clock and touches nothing but the columns.
+        """
+        open_loops = self.open_loops
+        if loop_id is None:
+            if open_loops:
+                loop_id = open_loops[-1].loop_id
+                if epoch < 0 and len(open_loops) > 1:
+                    epoch = open_loops[0].index
             else:
-                self._loss_rows.append(index)
-                self._loss_values.append(loss)
-                if len(self._loss_rows) >= LOSS_BATCH:
-                    self.settle_losses(keep_newest=True)
+                loop_id = -1
+        number = loss if loss is not None and isinstance(loss, (float, int)) else NAN
+        (
+            a_start,
+            a_duration,
+            a_wait,
+            a_phase,
+            a_kind,
+            a_epoch,
+            a_loss,
+            a_eager,
+            a_fused,
+            a_loop,
+            a_callback,
+        ) = self._appenders
+        t0 = self.t0
+        if fused == 1:
+            a_start(start - t0)
+            a_duration(end - start)
+            a_wait(data_wait)
+            a_phase(phase)
+            a_kind(kind)
+            a_epoch(epoch)
+            a_loss(number)
+            a_eager(eager)
+            a_fused(1)
+            a_loop(loop_id)
+            a_callback(0.0)
+        else:
+            share = (end - start) / fused
+            self.fused_groups.append((start - t0, fused))
+            for i in range(fused):
+                last = i == fused - 1
+                a_start(start - t0 + i * share)
+                a_duration(share)
+                a_wait(data_wait if i == 0 else NAN)
+                a_phase(phase)
+                a_kind(kind)
+                a_epoch(epoch)
+                a_loss(number if last else NAN)
+                a_eager(eager)
+                a_fused(fused)
+                a_loop(loop_id)
+                a_callback(0.0)
+        index = self.count + fused - 1
+        self.count = index + 1
+        if loss is not None and number != number:  # a device value: read it later, in a batch
+            self._loss_rows.append(index)
+            self._loss_values.append(loss)
+            if len(self._loss_rows) >= LOSS_BATCH:
+                self.settle_losses(keep_newest=True)
         if end >= self._next_memory:
             self.sample_memory(end)
 

@@ -7,13 +7,13 @@ and report building, paid once per run, are not counted as per-step cost):
 
 - ``tf.function loop``: a custom loop over pre-made batches calling a @tf.function train step,
   profiled exactly as ``%%tfprofile`` runs a cell (loop instrumented, every probe installed);
-- ``model.fit``: Keras fit over a cached tf.data pipeline, 3 epochs, the last 2 timed.
+- ``model.fit``: Keras fit over a cached tf.data pipeline, 6 epochs, the last 5 timed.
 
 Plain and profiled runs alternate in one process after warm-up (which goes first alternates
-too). For the loop every iteration is timed (iteration start to iteration start, so the cost of
-the loop instrumentation is included); for fit, each epoch after the first. The ratio is median(profiled) /
-median(plain) over all rounds; a second plain sample per round gives a plain-vs-plain control,
-the noise floor of the machine. The target is a ratio <= 1.03.
+too). For the loop every iteration is timed (iteration start to iteration start, so the cost
+of the loop instrumentation is included); for fit, each epoch after the first. The ratio is
+median(profiled) / median(plain) over all rounds; a second plain sample per round gives a
+plain-vs-plain control, the noise floor of the machine. The target is a ratio <= 1.03.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from tfdiag_magic.code_runner import prepare, run  # noqa: E402
 from tfdiag_magic.session import Session  # noqa: E402
 
 STEPS = 200
+FIT_EPOCHS = 6
 ROUNDS = int(os.environ.get("ROUNDS", "25"))
 BATCH, FEATURES, HIDDEN = 64, 64, 256
 
@@ -53,7 +54,7 @@ for xb, yb in batches:
 """
 
 FIT = """
-model.fit(dataset, epochs=3, verbose=0, callbacks=[epoch_timer])
+model.fit(dataset, epochs=FIT_EPOCHS, verbose=0, callbacks=[epoch_timer])
 step_times = [t / STEPS for t in epoch_timer.times[1:]]   # epochs after the first
 """
 
@@ -107,6 +108,7 @@ def build_namespace() -> dict:
         "perf_counter": perf_counter,
         "epoch_timer": EpochTimer(),
         "STEPS": STEPS,
+        "FIT_EPOCHS": FIT_EPOCHS,
         "__builtins__": __builtins__,
     }
 
@@ -118,7 +120,7 @@ def timed(source: str, namespace: dict, profiled: bool) -> list[float]:
         with Session(source=source, loops=prepared.loops, namespace=namespace) as result:
             run(prepared, namespace)
         assert result.record is not None
-        assert result.record.phase_counts().get("train") in (STEPS, 3 * STEPS)
+        assert result.record.phase_counts().get("train") in (STEPS, FIT_EPOCHS * STEPS)
     else:
         run(prepared, namespace)
     return namespace["step_times"]
@@ -156,10 +158,17 @@ def main() -> int:
         f"{STEPS} steps per run, {ROUNDS} alternating rounds, medians",
         flush=True,
     )
-    ratios = [
-        compare("tf.function loop", CUSTOM_LOOP, namespace),
-        compare("model.fit", FIT, namespace),
-    ]
+    # The custom loop runs on one CPU: on a small virtual machine, moving between CPUs is the
+    # largest noise in a ~1 ms step. fit keeps every CPU: Keras runs its batch-end callbacks on
+    # a thread of its own, which must not share the core. The plain-vs-plain control printed
+    # beside each ratio is the noise that remains.
+    all_cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {max(all_cpus)})
+    try:
+        ratios = [compare("tf.function loop", CUSTOM_LOOP, namespace)]
+    finally:
+        os.sched_setaffinity(0, all_cpus)
+    ratios.append(compare("model.fit", FIT, namespace))
     worst = max(ratios)
     print(f"worst ratio {worst:.3f} (target <= 1.03): {'ok' if worst <= 1.03 else 'OVER'}")
     return 0

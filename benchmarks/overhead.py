@@ -40,7 +40,7 @@ from tfdiag_magic.session import Session  # noqa: E402
 
 STEPS = 200
 FIT_EPOCHS = 6
-ROUNDS = int(os.environ.get("ROUNDS", "25"))
+ROUNDS = int(os.environ.get("ROUNDS", "30"))
 BATCH, FEATURES, HIDDEN = 64, 64, 256
 
 CUSTOM_LOOP = """

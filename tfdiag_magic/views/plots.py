@@ -40,16 +40,28 @@ def step_time_png(record: Record) -> bytes | None:
         phases = ["loop"]
     if not phases:
         return None
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
     fig = Figure(figsize=(7.5, 2.6), dpi=110)
     ax = fig.add_subplot()
+    traced_label = "traced (warm-up)"
     for phase in phases:
         rows = np.flatnonzero(record.phase_mask(phase))
         index = np.arange(rows.size)
-        x, y = _thin(index, steps["duration"][rows] * 1e3)
+        times = steps["duration"][rows] * 1e3
+        x, y = _thin(index, times)
         ax.plot(x, y, lw=0.8, color=PHASE_COLORS[phase], label=phase)
+        traced = steps["traced"][rows]
+        if traced.any() and traced.sum() <= MAX_POINTS:
+            ax.plot(index[traced], times[traced], "o", ms=2.5, color="#d62728", label=traced_label)
+            traced_label = "_nolegend_"
     ax.set_xlabel("step (within phase)")
     ax.set_ylabel("step time (ms)")
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.get_major_formatter().set_scientific(False)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=8, frameon=False)
     fig.tight_layout()

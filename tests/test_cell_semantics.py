@@ -598,3 +598,17 @@ def test_extension_loads_once_unloads_and_reloads(ip, capsys):
             ip.extension_manager.loaded.discard("tfdiag_magic")
             ip.run_line_magic("load_ext", "tfdiag_magic")
     assert _magic_owner(ip, "cell") == "TFProfileMagics"
+
+
+def test_help_documents_every_option(ip):
+    doc = ip.find_line_magic("tfprofile").__doc__
+    for option in (
+        "-o NAME",
+        "-q",
+        "--json PATH",
+        "--html PATH",
+        "--no-loops",
+        "--memory-interval SECONDS",
+    ):
+        assert option in doc, option
+    assert ip.find_cell_magic("tfprofile").__doc__ == doc

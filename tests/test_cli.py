@@ -367,3 +367,21 @@ def test_cli_without_tensorflow_exits_2_with_the_install_hint(tmp_path):
     assert "RuntimeError" not in proc.stderr
     assert "ran" not in proc.stdout
     assert proc.returncode == 2
+
+
+def test_magic_without_tensorflow_is_a_usage_error_and_the_cell_does_not_run(tmp_path):
+    code = NO_TENSORFLOW + textwrap.dedent(
+        """
+        from IPython.core.interactiveshell import InteractiveShell
+        ip = InteractiveShell.instance()
+        ip.run_line_magic("load_ext", "tfdiag_magic")
+        result = ip.run_cell("%%tfprofile\\nran = True\\n")
+        print("ERROR=" + type(result.error_in_exec).__name__)
+        print("RAN=" + str("ran" in ip.user_ns))
+        """
+    )
+    proc = _python("-c", code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _tagged(proc.stdout, "ERROR") == "UsageError"
+    assert _tagged(proc.stdout, "RAN") == "False"
+    assert "pip install tensorflow" in proc.stdout + proc.stderr

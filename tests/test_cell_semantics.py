@@ -612,3 +612,16 @@ def test_help_documents_every_option(ip):
     ):
         assert option in doc, option
     assert ip.find_cell_magic("tfprofile").__doc__ == doc
+
+
+def test_top_level_await_is_a_usage_error_and_the_cell_does_not_run(ip):
+    result = run_cell(ip, "%%tfprofile\nran = True\nimport asyncio\nawait asyncio.sleep(0)\n")
+    assert type(result.error_in_exec).__name__ == "UsageError"
+    assert "await" in str(result.error_in_exec)
+    assert "ran" not in ip.user_ns
+
+
+def test_syntax_error_in_the_cell_is_reported_as_python_would(ip):
+    result = run_cell(ip, "%%tfprofile\nran = True\nx = (1,\n")
+    assert isinstance(result.error_in_exec, SyntaxError)
+    assert "ran" not in ip.user_ns

@@ -122,13 +122,21 @@ class TFProfileMagics(Magics):
         # The body starts on the cell's second line: keep tracebacks' line numbers the user's.
         source = transformed if header is None else f"# %%tfprofile {header}\n{transformed}"
         filename = shell.compile.cache(source, _running_cell_number(shell), raw_code=source)
-        prepared = prepare(
-            source,
-            filename,
-            instrument=not args.no_loops,
-            interactivity=str(getattr(shell, "ast_node_interactivity", "last_expr")),
-            compiler=shell.compile,
-        )
+        try:
+            prepared = prepare(
+                source,
+                filename,
+                instrument=not args.no_loops,
+                interactivity=str(getattr(shell, "ast_node_interactivity", "last_expr")),
+                compiler=shell.compile,
+            )
+        except SyntaxError as exc:
+            if "outside" in str(exc.msg) and "await" in str(exc.msg):
+                raise UsageError(
+                    "%%tfprofile cannot run top-level `await`; wrap the asynchronous code in a "
+                    "function and run it with asyncio, or profile it without await."
+                ) from None
+            raise
         session = Session(
             SessionOptions(memory_interval=args.memory_interval),
             source=code,

@@ -68,6 +68,7 @@ def test_tf_function_training_loop(loop_ip):
     stats = {f.name: f for f in r.record.functions}
     assert stats["train_step"].calls == 24 and stats["train_step"].updates_weights
     assert stats["val_step"].calls == 3 and not stats["val_step"].updates_weights
+    assert "traced again" not in r.summary()  # one trace each: nothing to point at
 
 
 def test_eager_gradient_tape_loop_counts_optimizer_updates(loop_ip):
@@ -230,6 +231,7 @@ def test_retracing_is_counted_and_its_warning_recorded(loop_ip):
     assert "factor" in top_traces[-1].signature
     assert r.steps[r.steps["phase"] == "function"]["traced"].all()
     assert any("retracing" in w.message for w in r.record.warnings)
+    assert "scaled: 8 calls, 8 traces  <- traced again on most calls" in r.summary()
 
 
 def test_function_created_in_a_loop_counts_objects(loop_ip):

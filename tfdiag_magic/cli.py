@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             json_path = Path(args.json) if args.json else script.with_suffix(".tfdiag.json")
             html_path = Path(args.html) if args.html else None
             return _report(result, error, json_path, html_path)
-        # demo
+        # demo: TensorFlow's C++ start-up lines would bury the report
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         out_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "tfdiag_magic"
         html_path = Path(args.html) if args.html else out_dir / "demo-report.html"
         json_path = Path(args.json) if args.json else html_path.with_suffix(".json")

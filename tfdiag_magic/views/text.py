@@ -75,7 +75,14 @@ def render_text(report: dict[str, Any]) -> str:
         for f in functions[:8]:
             tag = " [Keras]" if f["keras_internal"] else ""
             objects = f", {f['objects']} function objects" if f["objects"] > 1 else ""
-            out.append(f"  {f['name']}{tag}: {f['calls']} calls, {f['traces']} traces{objects}")
+            again = (
+                "  <- traced again on most calls"
+                if f["calls"] >= 5 and f["traces"] * 2 >= f["calls"]
+                else ""
+            )
+            out.append(
+                f"  {f['name']}{tag}: {f['calls']} calls, {f['traces']} traces{objects}{again}"
+            )
     tracing = report["tracing"]
     if tracing["count"]:
         out.append(f"Tracing: {tracing['count']} traces took {seconds(tracing['time'])}")

@@ -41,6 +41,14 @@ total = 0
 for i in range(3):
     total += i
 print("TOTAL=" + str(total))
+
+
+class Config:
+    pass
+
+
+import pickle  # noqa: E402
+print("PICKLED=" + str(len(pickle.dumps(Config())) > 0))
 """
 
 FAILING_SCRIPT = """\
@@ -201,6 +209,11 @@ def test_script_runs_as_main_with_argv_of_the_script_and_the_arguments_after_it(
         "not-ours.json",
     ]
     assert not (folder / "not-ours.json").exists()
+
+
+def test_classes_defined_by_the_script_pickle_as_in_a_plain_run(clean_run):
+    proc, _, _, _ = clean_run
+    assert _tagged(proc.stdout, "PICKLED") == "True", proc.stderr
 
 
 def test_failing_script_exits_1_prints_its_traceback_and_keeps_the_steps(tmp_path):

@@ -312,3 +312,16 @@ def test_functions_traced_before_the_run_are_still_classified(loop_ip):
     counts = phases(r)
     assert counts["train"] == 8 and counts["function"] == 8
     assert not r.steps["traced"].any()
+
+
+def test_step_marker_with_a_non_scalar_loss_records_no_loss_and_runs_on(loop_ip):
+    result, r = profiled(
+        loop_ip,
+        "from tfdiag_magic import step\n"
+        "with step() as s:\n"
+        "    s.loss = tf.constant([1.0, 2.0])\n"
+        "after = True\n",
+    )
+    assert result.success and loop_ip.user_ns["after"]
+    assert phases(r) == {"train": 1}
+    assert np.isnan(r.steps["loss"]).all()

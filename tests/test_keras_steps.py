@@ -170,3 +170,16 @@ def test_exception_in_fit_gives_the_failing_step(keras_ip):
     assert phases(r) == {"train": 3}
     assert r.record.error.type == "RuntimeError"
     assert r.record.error.step == 3
+
+
+def test_validation_with_steps_per_execution_counts_validation_batches(keras_ip):
+    # 48 training samples / 16 = 3 batches; 32 validation samples / 4 = 8 batches.
+    _, r = profiled(
+        keras_ip,
+        "m = make_model(steps_per_execution=4)\n"
+        "m.fit(x[:48], y[:48], validation_data=(x[48:], y[48:]), validation_batch_size=4,"
+        " batch_size=16, epochs=1, verbose=0)",
+    )
+    assert phases(r) == {"train": 3, "eval": 8}
+    evals = r.steps[r.steps["phase"] == "eval"]
+    assert evals["fused"].tolist() == [4] * 8

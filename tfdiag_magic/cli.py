@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import traceback
+import types
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,16 @@ def profile_script(
 
     source = script.read_text(encoding="utf-8")
     prepared = prepare(source, str(script), instrument=instrument)
-    namespace: dict[str, Any] = {
-        "__name__": "__main__",
-        "__file__": str(script),
-        "__builtins__": __builtins__,
-        "__package__": None,
-    }
+    # A real __main__ module, as runpy and cProfile make: classes the script defines must
+    # pickle (multiprocessing, PyDataset workers) as they do when it runs plainly.
+    main_module = types.ModuleType("__main__")
+    main_module.__file__ = str(script)
+    main_module.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    main_module.__package__ = None
+    main_module.__spec__ = None
+    main_module.__loader__ = None
+    namespace: dict[str, Any] = main_module.__dict__
+    saved_main = sys.modules.get("__main__")
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
     sys.argv = [str(script), *argv]
     if sys.path:
@@ -71,6 +76,7 @@ def profile_script(
     session = Session(source=source, loops=prepared.loops, namespace=namespace, label=script.name)
     error: BaseException | None = None
     result = session.start()  # outside the try: a missing TensorFlow is not the script's error
+    sys.modules["__main__"] = main_module
     try:
         run(prepared, namespace)
     except SystemExit as exc:
@@ -80,6 +86,8 @@ def profile_script(
         error = exc
     finally:
         session.stop(error)
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0

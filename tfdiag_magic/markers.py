@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from time import perf_counter
 from types import TracebackType
+from typing import Any
 
 from . import active
 from .record import PHASES
@@ -29,7 +30,7 @@ class step:  # noqa: N801 - used as a lowercase context manager, like contextlib
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {', '.join(PHASES)}; got {phase!r}")
         self.phase = phase
-        self.loss: float | None = None
+        self.loss: Any = None
         self._rec = None
 
     def __enter__(self) -> step:
@@ -58,7 +59,7 @@ class step:  # noqa: N801 - used as a lowercase context manager, like contextlib
         if exc is not None:
             rec.note_failure(exc, phase)
             return
-        loss = float(self.loss) if self.loss is not None else None
-        rec.add_step(phase, KIND["marker"], self._start, end, self._wait, -1, False, loss)
+        # The value is read later with the other losses (NaN if it is not a scalar).
+        rec.add_step(phase, KIND["marker"], self._start, end, self._wait, -1, False, self.loss)
         if self.phase == "train":
             rec.training_step_done(end)

@@ -142,9 +142,12 @@ def memory_stats(record: Record) -> MemoryStats:
             peaks = memory.get(f"gpu:{device}:peak", np.zeros(0))
             peaks = peaks[peaks >= 0]
             if seen.size:
+                # TensorFlow's peak is the process's: it counts for this run only if it rose
+                # during the run; otherwise the largest sampled use is this run's peak.
+                rose = peaks.size > 1 and peaks.max() > peaks[0]
                 stats.gpu[device] = {
                     "start": int(seen[0]),
-                    "peak": int(max(seen.max(), peaks.max() if peaks.size else 0)),
+                    "peak": int(max(seen.max(), peaks.max())) if rose else int(seen.max()),
                     "end": int(seen[-1]),
                 }
     return stats

@@ -38,4 +38,7 @@ def read_losses(values: list[Any]) -> list[float]:
     """Read many scalar loss tensors with one stack and one copy to the host."""
     import tensorflow as tf
 
-    return [float(v) for v in tf.stack(values).numpy().ravel()]
+    stacked = tf.stack(values).numpy()
+    if stacked.shape != (len(values),):  # not all scalars: the caller reads them one by one
+        raise ValueError("losses are not all scalars")
+    return [float(v) for v in stacked]

@@ -158,7 +158,7 @@ class KerasProbe:
             fused = batch - begin_batch + 1
             if fused > 1:
                 # The last execution of an epoch can hold fewer steps than steps_per_execution.
-                steps = (getattr(callbacks, "params", None) or {}).get("steps")
+                steps = _batches_per_epoch(callbacks, phase_name)
                 if steps:
                     fused = min(batch, steps - 1) - begin_batch + 1
                 fused = max(fused, 1)
@@ -192,3 +192,15 @@ def _functions_eager() -> bool:
     from tensorflow.python.eager.polymorphic_function import eager_function_run
 
     return bool(eager_function_run.RUN_FUNCTIONS_EAGERLY)
+
+
+def _batches_per_epoch(callbacks: Any, phase_name: str) -> int | None:
+    """Batches per epoch of the data this phase iterates, when Keras knows it.
+
+    Inside fit, validation shares fit's CallbackList, whose ``steps`` are the training
+    batches: the validation count is on the model's cached evaluation iterator.
+    """
+    model = getattr(callbacks, "model", None)
+    if phase_name == "eval" and getattr(model, "_eval_epoch_iterator", None) is not None:
+        return getattr(model._eval_epoch_iterator, "num_batches", None)
+    return (getattr(callbacks, "params", None) or {}).get("steps")

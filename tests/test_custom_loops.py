@@ -325,3 +325,35 @@ def test_step_marker_with_a_non_scalar_loss_records_no_loss_and_runs_on(loop_ip)
     assert result.success and loop_ip.user_ns["after"]
     assert phases(r) == {"train": 1}
     assert np.isnan(r.steps["loss"]).all()
+
+
+@pytest.mark.parametrize(
+    "make_optimizer, nested",
+    [
+        ("keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01))", False),
+        ("keras.optimizers.SGD(0.01, gradient_accumulation_steps=2)", False),
+        ("keras.optimizers.SGD(0.01)", True),
+    ],
+    ids=["loss-scaling", "gradient-accumulation", "apply-in-nested-function"],
+)
+def test_updates_under_cond_or_nested_functions_traced_before_the_run_are_training(
+    loop_ip, make_optimizer, nested
+):
+    loop_ip.run_cell(
+        f"opt2 = {make_optimizer}\n"
+        "@tf.function\n"
+        "def apply(grads):\n"
+        "    opt2.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "@tf.function\n"
+        "def train_step(xb, yb):\n"
+        "    grads, loss = grads_and_loss(xb, yb)\n"
+        + (
+            "    apply(grads)\n"
+            if nested
+            else "    opt2.apply_gradients(zip(grads, model.trainable_variables))\n"
+        )
+        + "    return loss\n"
+        "train_step(x[:8], y[:8])\n"
+    )
+    _, r = profiled(loop_ip, "for xb, yb in ds:\n    train_step(xb, yb)\n")
+    assert phases(r) == {"train": 8, "loop": 8}

@@ -38,11 +38,14 @@ _ASSIGN_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVa
 
 
 def graph_updates_trainable_variables(function: Any) -> bool:
-    """Whether a graph of `function` assigns to a trainable variable (it is a training step).
+    """Whether a graph of `function` updates trainable variables (it is a training step).
 
     Used for functions traced before the run started, whose optimizer update the optimizer
-    probe could not see being traced. Metric and optimizer-slot variables are not trainable,
-    so an evaluation step that updates metrics is not taken for a training step.
+    probe could not see being traced. A function trains when its graph assigns a captured
+    trainable variable, or when it takes gradients and assigns variables inside a nested
+    function or branch (an update under ``tf.cond``: loss scaling, gradient accumulation; an
+    apply step in a nested tf.function). Metric and optimizer-slot variables are not
+    trainable, and evaluation steps take no gradients, so they are not taken for training.
     """
     try:
         concrete_functions = function._list_all_concrete_functions()
@@ -56,19 +59,31 @@ def graph_updates_trainable_variables(function: Any) -> bool:
             for outer, inner in graph.captures
             if id(outer) in by_handle
         }
-        for op in graph.get_operations():
+        operations = graph.get_operations()
+        for op in operations:
             if op.type in _ASSIGN_OPS and op.inputs:
                 variable = captured.get(op.inputs[0].name)
                 if variable is not None and getattr(variable, "trainable", False):
                     return True
+        takes_gradients = any(op.name.startswith("gradient_tape/") for op in operations)
+        if takes_gradients and _nested_graphs_assign(graph, set()):
+            return True
     return False
 
 
-def _tracing_count(function: Any) -> int:
-    try:
-        return int(function.experimental_get_tracing_count())
-    except Exception:
-        return 0
+def _nested_graphs_assign(graph: Any, seen: set[str]) -> bool:
+    for name, nested in getattr(graph, "_functions", {}).items():
+        if name in seen:
+            continue
+        seen.add(name)
+        inner = getattr(nested, "graph", None)
+        if inner is None:
+            continue
+        if any(op.type in _ASSIGN_OPS for op in inner.get_operations()):
+            return True
+        if _nested_graphs_assign(inner, seen):
+            return True
+    return False
 
 
 _UNKNOWN = object()

@@ -86,6 +86,13 @@ def _nested_graphs_assign(graph: Any, seen: set[str]) -> bool:
     return False
 
 
+def _tracing_count(function: Any) -> int:
+    try:
+        return int(function.experimental_get_tracing_count())
+    except Exception:
+        return 0
+
+
 _UNKNOWN = object()
 
 

@@ -357,3 +357,42 @@ def test_updates_under_cond_or_nested_functions_traced_before_the_run_are_traini
     )
     _, r = profiled(loop_ip, "for xb, yb in ds:\n    train_step(xb, yb)\n")
     assert phases(r) == {"train": 8, "loop": 8}
+
+
+def test_eager_gradient_accumulation_step_holds_all_its_micro_batches(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "import time\n"
+        "accumulated = None\n"
+        "for i, (xb, yb) in enumerate(ds):\n"
+        "    time.sleep(0.01)                      # work on every micro-batch\n"
+        "    grads, loss = grads_and_loss(xb, yb)\n"
+        "    accumulated = grads if accumulated is None else [\n"
+        "        a + g for a, g in zip(accumulated, grads)]\n"
+        "    if i % 4 == 3:\n"
+        "        optimizer.apply_gradients(zip(accumulated, model.trainable_variables))\n"
+        "        accumulated = None\n",
+    )
+    train = r.steps[r.steps["phase"] == "train"]
+    assert len(train) == 2  # 8 micro-batches, an update every 4
+    assert (train["duration"] >= 0.04).all()  # each update's step holds its 4 sleeps
+
+
+def test_function_calls_inside_an_eager_step_are_not_counted_twice_in_compute(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "@tf.function\n"
+        "def forward(xb):\n"
+        "    return model(xb, training=True)\n"
+        "for xb, yb in ds:\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = mse(yb, forward(xb))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+    )
+    counts = phases(r)
+    assert counts["train"] == 8 and counts["function"] == 8
+    split = r.report()["time_split"]
+    assert split["compute"] <= split["wall"]
+    train = r.steps[r.steps["phase"] == "train"]
+    assert train["traced"].iloc[0]  # the trace inside the first step marks it warm-up

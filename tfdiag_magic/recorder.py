@@ -94,6 +94,7 @@ class Recorder:
         self.graph_calls = 0  # top-level graph calls since the last training step ended
         # Input waits from the cell's loops, waiting to be attributed to the next step.
         self.pending_wait = NAN
+        self._step_since_item = True  # no step since the last loop item (or since the start)
         self.anchor = self.t0  # when the work of the next eager step can have begun (absolute)
         self.open_loops: list[OpenLoop] = []
         self.loops: list[LoopInfo] = []
@@ -203,6 +204,20 @@ class Recorder:
         """A training step ended: the work of an eager step after it cannot begin earlier."""
         self.anchor = end
         self.graph_calls = 0
+        self._step_since_item = True
+
+    def loop_advanced(self, now: float, wait: float) -> None:
+        """A loop of the cell got its next item after waiting `wait` seconds.
+
+        Until a step takes them, waits add up and the next eager step's work is taken to begin
+        after the first of these items: with gradient accumulation, one optimizer update
+        follows several micro-batches, and its step holds all of them.
+        """
+        if self._step_since_item:
+            self.anchor = now
+            self._step_since_item = False
+        pending = self.pending_wait
+        self.pending_wait = wait if pending != pending else pending + wait
 
     def note_failure(self, exc: BaseException, phase: int) -> None:
         """An exception left a step of `phase`; if it ends the run, that step is where."""

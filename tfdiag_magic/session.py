@@ -185,9 +185,9 @@ def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
 def _attribute_events(record: Record) -> None:
     """Fill the per-step columns that come from other tables: tracing and GC pauses.
 
-    An event belongs to every row whose time span holds it. Rows of one kind of span do not
-    overlap (steps never nest; iterations of one loop follow each other), so each such group
-    is searched on its own.
+    An event belongs to every row whose time span holds it. Rows of one kind do not overlap
+    (iterations of one loop follow each other; an eager update step can hold the function
+    calls it made), so each kind, and each loop, is searched on its own.
     """
     steps = record.steps
     n = steps["start"].shape[0]
@@ -199,7 +199,9 @@ def _attribute_events(record: Record) -> None:
     gc_times = record.gc.get("time", np.zeros(0))
     gc_durations = record.gc.get("duration", np.zeros(0))
     is_loop = steps["kind"] == KINDS.index("loop")
-    groups = [np.flatnonzero(~is_loop)]
+    groups = [
+        np.flatnonzero(steps["kind"] == kind) for kind in range(len(KINDS)) if KINDS[kind] != "loop"
+    ]
     for loop_id in np.unique(steps["loop"][is_loop]):
         groups.append(np.flatnonzero(is_loop & (steps["loop"] == loop_id)))
     for rows in groups:

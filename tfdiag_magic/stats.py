@@ -110,7 +110,7 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
 def time_split(record: Record) -> TimeSplit:
     steps = record.steps
     is_loop = steps["kind"] == LOOP_KIND
-    compute = float(steps["duration"][~is_loop].sum())
+    compute = _covered_time(steps["start"][~is_loop], steps["duration"][~is_loop])
     loop_waits = steps["data_wait"][is_loop]
     data_wait = float(np.nansum(loop_waits)) if loop_waits.size else 0.0
     wall = float(record.wall_time)
@@ -120,6 +120,22 @@ def time_split(record: Record) -> TimeSplit:
         compute = float(steps["duration"][is_loop & (steps["loop"] == _outermost(record))].sum())
     other = max(wall - compute - data_wait, 0.0)
     return TimeSplit(wall, compute, data_wait, other, observable)
+
+
+def _covered_time(starts: np.ndarray, durations: np.ndarray) -> float:
+    """Seconds covered by the union of the intervals (an eager step may hold function rows)."""
+    if starts.size == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    begin, end = starts[order], starts[order] + durations[order]
+    reach = np.maximum.accumulate(end)
+    # A new block starts where an interval begins after everything before it has ended.
+    new_block = np.concatenate(([True], begin[1:] > reach[:-1]))
+    block = np.cumsum(new_block) - 1
+    block_begin = begin[new_block]
+    block_end = np.zeros(block_begin.size)
+    np.maximum.at(block_end, block, end)
+    return float((block_end - block_begin).sum())
 
 
 def _outermost(record: Record) -> int:

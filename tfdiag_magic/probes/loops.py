@@ -45,8 +45,7 @@ class LoopIterator:
         state.open = True
         state.start = before
         state.wait = after - before
-        rec.pending_wait = after - before
-        rec.anchor = after
+        rec.loop_advanced(after, after - before)
         return item
 
 
@@ -73,7 +72,7 @@ class LoopRuntime:
         state.open = True
         state.start = now
         state.wait = 0.0
-        rec.anchor = now
+        rec.loop_advanced(now, 0.0)
 
     def end(self, loop_id: int) -> None:
         self._rec.end_loop(loop_id)

@@ -396,3 +396,21 @@ def test_function_calls_inside_an_eager_step_are_not_counted_twice_in_compute(lo
     assert split["compute"] <= split["wall"]
     train = r.steps[r.steps["phase"] == "train"]
     assert train["traced"].iloc[0]  # the trace inside the first step marks it warm-up
+
+
+def test_the_run_does_not_keep_dropped_functions_alive(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "import weakref, gc\n"
+        "refs = []\n"
+        "for k in range(5):\n"
+        "    f = tf.function(lambda t: t + 1)\n"
+        "    f(tf.constant(1.0))\n"
+        "    refs.append(weakref.ref(f))\n"
+        "del f\n"
+        "gc.collect()\n"
+        "alive = sum(ref() is not None for ref in refs)\n",
+    )
+    assert loop_ip.user_ns["alive"] == 0
+    (stats,) = [f for f in r.record.functions if "lambda" in f.name]
+    assert stats.objects == 5 and stats.calls == 5 and stats.traces == 5

@@ -80,6 +80,7 @@ class Recorder:
             )
         )
         self.functions: dict[int, Any] = {}  # id(tf.function) -> FunctionEntry, see tf_functions
+        self.retired_functions: list[Any] = []  # entries of functions that are gone
         self.traces: list[Any] = []  # TraceEvent, appended while tracing
         self.optimizer_depth = 0
         self.fused_groups: list[tuple[float, int]] = []  # (start, steps) of each fused call

@@ -10,6 +10,7 @@ only when a function is traced, so it costs nothing in steady state.
 from __future__ import annotations
 
 import threading
+import weakref
 from time import perf_counter
 from typing import Any
 
@@ -21,17 +22,43 @@ _SIGNATURE_CHARS = 400
 
 
 class FunctionEntry:
-    """What the probe learned about one tf.function object during the run."""
+    """What the probe learned about one tf.function object during the run.
 
-    __slots__ = ("calls", "function", "inspected", "loss_at", "traces_before", "updates")
+    The function itself is held only weakly: a run must not keep alive the functions that a
+    cell creates and drops (a tf.function made anew in a loop is a retracing cause we report).
+    """
+
+    __slots__ = (
+        "calls",
+        "inspected",
+        "keras_internal",
+        "last_count",
+        "loss_at",
+        "name",
+        "ref",
+        "traces_before",
+        "updates",
+    )
 
     def __init__(self, function: Any) -> None:
-        self.function = function
+        self.ref = weakref.ref(function)
+        python_function = getattr(function, "python_function", None)
+        module = getattr(python_function, "__module__", "") or ""
+        self.name: str = getattr(python_function, "__qualname__", None) or getattr(
+            function, "__name__", "tf.function"
+        )
+        self.keras_internal = module.startswith("keras.")
         self.calls = 0
-        self.traces_before = _tracing_count(function)
+        self.traces_before = self.last_count = _tracing_count(function)
         self.updates = False
         self.inspected = False
         self.loss_at: Any = _UNKNOWN  # where the returned loss sits, learned on the first call
+
+    def traces(self) -> int:
+        """Tracings during the run (counted when last seen, if the function is gone)."""
+        function = self.ref()
+        count = _tracing_count(function) if function is not None else self.last_count
+        return max(count - self.traces_before, 0)
 
 
 _ASSIGN_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
@@ -158,22 +185,16 @@ class TFFunctionProbe:
         if rec is None:
             return []
         grouped: dict[str, FunctionStats] = {}
-        for entry in rec.functions.values():
-            function = entry.function
-            python_function = getattr(function, "python_function", None)
-            module = getattr(python_function, "__module__", "") or ""
-            name = getattr(python_function, "__qualname__", None) or getattr(
-                function, "__name__", "tf.function"
-            )
-            traces = max(_tracing_count(function) - entry.traces_before, 0)
-            stats = grouped.get(name)
+        for entry in [*rec.functions.values(), *rec.retired_functions]:
+            traces = entry.traces()
+            stats = grouped.get(entry.name)
             if stats is None:
-                grouped[name] = FunctionStats(
-                    name=name,
+                grouped[entry.name] = FunctionStats(
+                    name=entry.name,
                     calls=entry.calls,
                     traces=traces,
                     objects=1,
-                    keras_internal=module.startswith("keras."),
+                    keras_internal=entry.keras_internal,
                     updates_weights=entry.updates,
                 )
             else:
@@ -186,16 +207,24 @@ class TFFunctionProbe:
     @staticmethod
     def _call_wrapper(rec: Recorder, original: Any) -> Any:
         functions = rec.functions
+        traces = rec.traces
         train, other, kind = PHASE["train"], PHASE["function"], KIND["tf_function"]
 
         def call(function: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             entry = functions.get(id(function))
-            if entry is None:
+            if entry is None or entry.ref() is not function:
+                if entry is not None:  # that id belonged to a function that is gone
+                    rec.retired_functions.append(entry)
                 entry = functions[id(function)] = FunctionEntry(function)
             entry.calls += 1
+            traced_before = len(traces)
             if rec.top_function is not None or threading.get_ident() != rec.thread_id:
-                return original(function, *args, **kwargs)
+                try:
+                    return original(function, *args, **kwargs)
+                finally:
+                    if len(traces) != traced_before:
+                        entry.last_count = _tracing_count(function)
             if rec.driver_depth or rec.step_depth:
                 # Keras' own function, or a call inside a marked step: counted, not a step.
                 rec.top_function = function
@@ -203,6 +232,8 @@ class TFFunctionProbe:
                     return original(function, *args, **kwargs)
                 finally:
                     rec.top_function = None
+                    if len(traces) != traced_before:
+                        entry.last_count = _tracing_count(function)
             wait = rec.take_wait()
             rec.top_function = function
             rec.step_depth += 1
@@ -215,6 +246,8 @@ class TFFunctionProbe:
             finally:
                 rec.top_function = None
                 rec.step_depth -= 1
+                if len(traces) != traced_before:
+                    entry.last_count = _tracing_count(function)
             end = perf_counter()
             eager = bool(function._run_functions_eagerly)
             if not entry.inspected:

@@ -414,3 +414,18 @@ def test_the_run_does_not_keep_dropped_functions_alive(loop_ip):
     assert loop_ip.user_ns["alive"] == 0
     (stats,) = [f for f in r.record.functions if "lambda" in f.name]
     assert stats.objects == 5 and stats.calls == 5 and stats.traces == 5
+
+
+def test_time_split_says_when_no_loop_of_the_cell_iterates_data(loop_ip):
+    _, r = profiled(
+        loop_ip,
+        "def train():\n"
+        "    for xb, yb in ds:\n"
+        "        grads, loss = grads_and_loss(xb, yb)\n"
+        "        optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "train()\n",
+    )
+    assert phases(r) == {"train": 8}
+    split = r.report()["time_split"]
+    assert not split["data_wait_observable"]
+    assert split["data_wait_note"].startswith("not measured")

@@ -183,3 +183,11 @@ def test_validation_with_steps_per_execution_counts_validation_batches(keras_ip)
     assert phases(r) == {"train": 3, "eval": 8}
     evals = r.steps[r.steps["phase"] == "eval"]
     assert evals["fused"].tolist() == [4] * 8
+
+
+def test_time_split_says_keras_input_wait_is_inside_the_steps(keras_ip):
+    _, r = profiled(keras_ip, "m = make_model()\nm.fit(x, y, batch_size=40, epochs=1, verbose=0)")
+    split = r.report()["time_split"]
+    assert not split["data_wait_observable"]
+    assert "inside each step" in split["data_wait_note"]
+    assert "inside each step" in r.summary()

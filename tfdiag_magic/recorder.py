@@ -33,7 +33,7 @@ _ARRAY_CODES = {
 }
 _POST_RUN_COLUMNS = ("traced", "gc_time")  # filled from other tables after the run
 MAX_WARNINGS = 1000
-LOSS_BATCH = 256  # losses read at once; also read at every memory sample
+LOSS_BATCH = 4096  # at most this many losses wait; all are read at every memory sample
 NAN = math.nan
 
 

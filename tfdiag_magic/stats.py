@@ -45,7 +45,8 @@ class TimeSplit:
     compute: float  # inside steps
     data_wait: float  # waiting for the next item of the cell's loops
     other: float  # everything else: Python between steps, setup, callbacks, printing
-    data_wait_observable: bool  # False when all steps ran inside Keras (input is in the step)
+    data_wait_observable: bool  # waits were measured: the cell's own loops iterate data
+    data_wait_note: str = ""  # what the data wait does not cover, when that matters
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,12 +115,26 @@ def time_split(record: Record) -> TimeSplit:
     loop_waits = steps["data_wait"][is_loop]
     data_wait = float(np.nansum(loop_waits)) if loop_waits.size else 0.0
     wall = float(record.wall_time)
-    observable = bool(is_loop.any()) or bool((~np.isnan(steps["data_wait"])).any())
+    observable = bool(is_loop.any())
+    keras_steps = bool((steps["kind"] == KINDS.index("keras")).any())
+    if keras_steps:
+        note = (
+            "Keras fit/evaluate/predict read their input inside each step, so its wait is in "
+            "their step time"
+            + ("; data wait counts the cell's own loops only" if observable else "")
+        )
+    elif not observable:
+        note = (
+            "not measured: no loop of the cell itself iterates the data (loops inside "
+            "functions are not instrumented)"
+        )
+    else:
+        note = ""
     if compute == 0.0 and is_loop.any():
         # Only loop iterations were recorded: their bodies are the work.
         compute = float(steps["duration"][is_loop & (steps["loop"] == _outermost(record))].sum())
     other = max(wall - compute - data_wait, 0.0)
-    return TimeSplit(wall, compute, data_wait, other, observable)
+    return TimeSplit(wall, compute, data_wait, other, observable, note)
 
 
 def _covered_time(starts: np.ndarray, durations: np.ndarray) -> float:

@@ -81,12 +81,17 @@ def render_html(report: dict[str, Any], record: Record, full_page: bool = False)
     wait = (
         f"{share(split['data_wait'], wall)} ({seconds(split['data_wait'])})"
         if split["data_wait_observable"]
-        else "inside the Keras steps"
+        else "–"
+    )
+    note = (
+        f' <span class="muted">(data wait: {e(split["data_wait_note"])})</span>'
+        if split.get("data_wait_note")
+        else ""
     )
     parts.append(
         "<p><b>Time</b>: compute "
         f"{share(split['compute'], wall)} ({seconds(split['compute'])}), data wait {wait}, "
-        f"other {share(split['other'], wall)} ({seconds(split['other'])}).</p>"
+        f"other {share(split['other'], wall)} ({seconds(split['other'])}).{note}</p>"
     )
     memory = report["memory"]
     rows = []

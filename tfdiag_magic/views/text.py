@@ -46,13 +46,15 @@ def render_text(report: dict[str, Any]) -> str:
     wait = (
         f"data wait {share(split['data_wait'], wall)} ({seconds(split['data_wait'])})"
         if split["data_wait_observable"]
-        else "data wait: inside the Keras steps (not separable)"
+        else "data wait –"
     )
     out.append("")
     out.append(
         f"Time: compute {share(split['compute'], wall)} ({seconds(split['compute'])}), {wait}, "
         f"other {share(split['other'], wall)} ({seconds(split['other'])})"
     )
+    if split.get("data_wait_note"):
+        out.append(f"  (data wait: {split['data_wait_note']})")
     memory = report["memory"]
     if memory["host_rss"]:
         m = memory["host_rss"]

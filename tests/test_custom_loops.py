@@ -429,3 +429,21 @@ def test_time_split_says_when_no_loop_of_the_cell_iterates_data(loop_ip):
     split = r.report()["time_split"]
     assert not split["data_wait_observable"]
     assert split["data_wait_note"].startswith("not measured")
+
+
+def test_a_warning_logged_without_handlers_is_still_printed(loop_ip, capsys):
+    import logging
+
+    logger = logging.getLogger("keras.src.tfdiag_test")
+    root_handlers = logging.getLogger().handlers[:]
+    logging.getLogger().handlers.clear()  # as in a plain Python process: logging's last resort
+    try:
+        _, r = profiled(
+            loop_ip,
+            "import logging\nlogging.getLogger('keras.src.tfdiag_test').warning('careful <now>')\n",
+        )
+    finally:
+        logging.getLogger().handlers[:] = root_handlers
+    assert [w.message for w in r.record.warnings] == ["careful <now>"]
+    assert "careful <now>" in capsys.readouterr().err
+    assert logger.handlers == []

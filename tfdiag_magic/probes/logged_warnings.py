@@ -26,6 +26,21 @@ class _RecordingHandler(logging.Handler):
         except Exception:
             message = str(record.msg)
         self._rec.add_warning(record.name, record.levelname, message)
+        if not self._others_handle(record):
+            # Without our handler, logging would have printed this through its last resort.
+            last_resort = logging.lastResort
+            if last_resort is not None and record.levelno >= last_resort.level:
+                last_resort.handle(record)
+
+    def _others_handle(self, record: logging.LogRecord) -> bool:
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if any(h is not self for h in logger.handlers):
+                return True
+            if not logger.propagate:
+                return False
+            logger = logger.parent  # type: ignore[assignment]
+        return False
 
 
 class WarningsProbe:

@@ -27,6 +27,7 @@ lint: setup
 	$(PY) -m ruff format --check tfdiag_magic tests benchmarks
 
 bench: setup
+	$(PY) benchmarks/probe_costs.py
 	$(PY) benchmarks/overhead.py
 
 clean:

@@ -22,16 +22,26 @@ from .record import KINDS, PHASES, STEP_COLUMNS, ErrorInfo, LoopInfo, Record, Wa
 PHASE = {name: i for i, name in enumerate(PHASES)}
 KIND = {name: i for i, name in enumerate(KINDS)}
 
-_ARRAY_CODES = {
-    np.float64: "d",
-    np.float32: "f",
-    np.uint8: "B",
-    np.uint16: "H",
-    np.int16: "h",
-    np.int32: "i",
-    np.bool_: "B",
-}
 _POST_RUN_COLUMNS = ("traced", "gc_time")  # filled from other tables after the run
+# The hot path writes a step as one run of float64s into a single buffer (one place in memory
+# per step, instead of one per column); `finish` turns the rows into typed columns.
+ROW_FIELDS = (
+    "start",
+    "duration",
+    "data_wait",
+    "phase",
+    "kind",
+    "epoch",
+    "loss",
+    "eager",
+    "fused",
+    "loop",
+    "callback_time",
+)
+WIDTH = len(ROW_FIELDS)
+_LOSS = ROW_FIELDS.index("loss")
+_PHASE = ROW_FIELDS.index("phase")
+_CALLBACK = ROW_FIELDS.index("callback_time")
 MAX_WARNINGS = 1000
 LOSS_BATCH = 4096  # at most this many losses wait; all are read at every memory sample
 NAN = math.nan
@@ -57,28 +67,7 @@ class Recorder:
         self.t0 = perf_counter()
         self.thread_id = threading.get_ident()
         self.memory_interval = memory_interval
-        self._cols: dict[str, array] = {
-            name: array(_ARRAY_CODES[dtype])
-            for name, dtype in STEP_COLUMNS.items()
-            if name not in _POST_RUN_COLUMNS
-        }
-        self._c = self._cols  # short alias for the hot path
-        self._appenders = tuple(
-            self._cols[name].append
-            for name in (
-                "start",
-                "duration",
-                "data_wait",
-                "phase",
-                "kind",
-                "epoch",
-                "loss",
-                "eager",
-                "fused",
-                "loop",
-                "callback_time",
-            )
-        )
+        self._rows = array("d")  # WIDTH float64 per step, in ROW_FIELDS order
         self.functions: dict[int, Any] = {}  # id(tf.function) -> FunctionEntry, see tf_functions
         self.retired_functions: list[Any] = []  # entries of functions that are gone
         self.traces: list[Any] = []  # TraceEvent, appended while tracing
@@ -144,48 +133,43 @@ class Recorder:
             else:
                 loop_id = -1
         number = loss if loss is not None and isinstance(loss, (float, int)) else NAN
-        (
-            a_start,
-            a_duration,
-            a_wait,
-            a_phase,
-            a_kind,
-            a_epoch,
-            a_loss,
-            a_eager,
-            a_fused,
-            a_loop,
-            a_callback,
-        ) = self._appenders
         t0 = self.t0
         if fused == 1:
-            a_start(start - t0)
-            a_duration(end - start)
-            a_wait(data_wait)
-            a_phase(phase)
-            a_kind(kind)
-            a_epoch(epoch)
-            a_loss(number)
-            a_eager(eager)
-            a_fused(1)
-            a_loop(loop_id)
-            a_callback(0.0)
+            self._rows.extend(
+                (
+                    start - t0,
+                    end - start,
+                    data_wait,
+                    phase,
+                    kind,
+                    epoch,
+                    number,
+                    eager,
+                    1,
+                    loop_id,
+                    0.0,
+                )
+            )
         else:
             share = (end - start) / fused
             self.fused_groups.append((start - t0, fused))
+            rows = self._rows
             for i in range(fused):
-                last = i == fused - 1
-                a_start(start - t0 + i * share)
-                a_duration(share)
-                a_wait(data_wait if i == 0 else NAN)
-                a_phase(phase)
-                a_kind(kind)
-                a_epoch(epoch)
-                a_loss(number if last else NAN)
-                a_eager(eager)
-                a_fused(fused)
-                a_loop(loop_id)
-                a_callback(0.0)
+                rows.extend(
+                    (
+                        start - t0 + i * share,
+                        share,
+                        data_wait if i == 0 else NAN,
+                        phase,
+                        kind,
+                        epoch,
+                        number if i == fused - 1 else NAN,
+                        eager,
+                        fused,
+                        loop_id,
+                        0.0,
+                    )
+                )
         index = self.count + fused - 1
         self.count = index + 1
         if loss is not None and number != number:  # a device value: read it later, in a batch
@@ -199,7 +183,7 @@ class Recorder:
     def add_callback_time(self, seconds: float) -> None:
         """Add Keras callback time to the step appended last."""
         if self.count:
-            self._c["callback_time"][self.count - 1] += seconds
+            self._rows[(self.count - 1) * WIDTH + _CALLBACK] += seconds
 
     def training_step_done(self, end: float) -> None:
         """A training step ended: the work of an eager step after it cannot begin earlier."""
@@ -250,9 +234,9 @@ class Recorder:
             numbers = self.read_losses(values)
         except Exception:
             numbers = _read_each(values)
-        column = self._c["loss"]
+        buffer = self._rows
         for row, number in zip(rows, numbers, strict=False):
-            column[row] = number
+            buffer[row * WIDTH + _LOSS] = number
 
     # -- loops ---------------------------------------------------------------------------------
 
@@ -359,7 +343,7 @@ class Recorder:
         if self._failure is not None and _caused_by(exc, self._failure[0]):
             phase = PHASES[self._failure[1]]
         code = PHASE[phase or "train"]
-        phases = np.frombuffer(self._cols["phase"], dtype=np.uint8)
+        phases = np.frombuffer(self._rows, dtype=np.float64)[_PHASE::WIDTH]
         self.error = ErrorInfo(
             type=type(exc).__name__,
             message=message[:4000],
@@ -374,10 +358,12 @@ class Recorder:
         self.close_all_loops()
         self.settle_losses()
         self.sample_memory()
+        table = np.frombuffer(self._rows, dtype=np.float64).reshape(-1, WIDTH)
+        self._rows = array("d")
         steps = {
-            name: np.frombuffer(self._cols[name], dtype=_ARRAY_CODES[dtype]).astype(dtype)
-            if name in self._cols
-            else np.zeros(self.count, dtype=dtype)
+            name: table[:, ROW_FIELDS.index(name)].astype(dtype)
+            if name in ROW_FIELDS
+            else np.zeros(table.shape[0], dtype=dtype)
             for name, dtype in STEP_COLUMNS.items()
         }
         # Loop rows are appended when the iteration ends, after the steps inside it.

@@ -59,7 +59,8 @@ class step:  # noqa: N801 - used as a lowercase context manager, like contextlib
         if exc is not None:
             rec.note_failure(exc, phase)
             return
-        # The value is read later with the other losses (NaN if it is not a scalar).
+        # The value is read later with the other losses (NaN if it is not a scalar). Whether
+        # a marked block ran eagerly is not known, so it is not claimed (eager=False).
         rec.add_step(phase, KIND["marker"], self._start, end, self._wait, -1, False, self.loss)
         if self.phase == "train":
             rec.training_step_done(end)

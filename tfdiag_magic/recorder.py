@@ -240,11 +240,6 @@ class Recorder:
 
     # -- loops ---------------------------------------------------------------------------------
 
-    def register_loop(self, lineno: int, source: str) -> int:
-        loop_id = len(self.loops)
-        self.loops.append(LoopInfo(id=loop_id, lineno=lineno, source=source))
-        return loop_id
-
     def loop_state(self, loop_id: int) -> OpenLoop:
         for state in reversed(self.open_loops):
             if state.loop_id == loop_id:

@@ -6,15 +6,25 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Severity = Literal["info", "warning", "error"]
+SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 
 
 @dataclass
 class Finding:
+    """One diagnosed problem. `evidence` holds the measured numbers the finding rests on."""
+
     code: str  # stable, e.g. "retracing"; the JSON report and the docs use it
     severity: Severity
-    title: str
+    title: str  # one line, with the headline number
+    detail: str = ""  # what was measured and why it matters, in a few sentences
+    fix: str = ""  # what to change, in words
     evidence: dict[str, Any] = field(default_factory=dict)
     rewrite: str | None = None  # the user's cell, rewritten to fix it, when there is one
+    diff: str | None = None  # unified diff from the cell to `rewrite`
+    impact: float = 0.0  # seconds of the run this problem accounts for (estimate; for ordering)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def sort_key(self) -> tuple[int, float]:
+        return SEVERITY_ORDER.get(self.severity, 3), -self.impact

@@ -1,5 +1,9 @@
-"""The HTML report: a fragment for notebooks, or a self-contained page for a file.
+"""The static HTML report: a fragment for notebooks, or a self-contained page with tabs.
 
+The fragment is what a notebook shows where widgets cannot render (nbconvert, a frontend
+without the widget manager, widgets switched off): the sections one after another, with the
+plots as images. The page is the exported report: the dashboard's tabs (Overview, Steps,
+Memory, GPU, Findings, Data) switch with CSS alone, so it needs no kernel and no script.
 Everything that comes from the user (code, names, messages) is escaped.
 """
 
@@ -9,7 +13,9 @@ from html import escape
 from typing import Any
 
 from ..record import Record
-from .plots import png_data_uri, step_time_png
+from .dash_findings import finding_html, sorted_findings
+from .dash_table import csv_text, data_link, table_html
+from .plots import png_data_uri
 from .text import headline
 from .units import rate, seconds, share, size
 
@@ -33,15 +39,68 @@ def _row(cells: list[str], header: bool = False) -> str:
     return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>"
 
 
-def render_html(report: dict[str, Any], record: Record, full_page: bool = False) -> str:
-    e = escape
-    parts: list[str] = ['<div class="tfdiag">', f"<h3>tfdiag_magic: {e(headline(report))}</h3>"]
-    error = report.get("error")
-    if error:
-        parts.append(
-            f'<p class="err">{e(error["type"])}: {e(error["message"].strip()[:600])}</p>'
-            '<p class="muted">The record below holds everything up to the error.</p>'
+PANEL_STYLE = """
+.tfdiag h4{margin:1em 0 .3em;font-size:14px;border-bottom:1px solid #8884}
+.tfdiag .tfdiag-finding{border-left:3px solid #8886;padding:2px 10px;margin:.6em 0}
+.tfdiag .tfdiag-badge{color:#fff;border-radius:3px;padding:0 5px;font-size:11px}
+.tfdiag .tfdiag-diff .add{color:#16a34a}.tfdiag .tfdiag-diff .del{color:#dc2626}
+.tfdiag .tfdiag-diff .hunk,.tfdiag .tfdiag-diff .hd{opacity:.7}
+.tfdiag .tfdiag-split{display:flex;height:14px;max-width:600px;border-radius:3px;overflow:hidden}
+.tfdiag .tfdiag-split span{display:block;height:100%}
+.tfdiag table.tfdiag-steps td,.tfdiag table.tfdiag-steps th{font-size:11px;padding:1px 6px}
+.tfdiag button{font:inherit;padding:2px 10px;cursor:pointer}
+"""
+TAB_STYLE = """
+.tfdiag-tabs>input{position:absolute;opacity:0;pointer-events:none}
+.tfdiag-tabs>label{display:inline-block;padding:5px 14px;cursor:pointer;
+  border-bottom:2px solid transparent;opacity:.75}
+.tfdiag-tabs>.tfdiag-panel{display:none;border-top:1px solid #8884;padding-top:.5em}
+@media (prefers-color-scheme: dark){body{background:#111418;color:#e5e7eb}}
+"""
+TABS = ("Overview", "Steps", "Memory", "GPU", "Findings", "Data")
+SPLIT_COLORS = {"compute": "#3b82f6", "data wait": "#f59e0b", "other": "#9ca3af"}
+STATIC_TABLE_ROWS = 10  # first and last rows of the per-step table in the notebook view
+PAGE_TABLE_ROWS = 50  # ... and in the report file
+PAGE_CSV_LIMIT = 50_000  # steps up to which the report file carries its CSV
+
+
+def _tab_style() -> str:
+    rules = [TAB_STYLE]
+    for i in range(len(TABS)):
+        rules.append(
+            f"#tfdiag-tab{i}:checked~#tfdiag-panel{i}{{display:block}}"
+            f"#tfdiag-tab{i}:checked+label{{border-bottom-color:#3b82f6;opacity:1}}"
         )
+    return "\n".join(rules)
+
+
+def split_bar(split: dict[str, Any]) -> str:
+    """The time split as a bar: compute, data wait, other."""
+    wall = split["wall"]
+    if wall <= 0:
+        return ""
+    parts = [
+        ("compute", split["compute"]),
+        ("data wait", split["data_wait"]),
+        ("other", split["other"]),
+    ]
+    spans = "".join(
+        f'<span title="{name}: {share(value, wall)}" '
+        f'style="width:{100 * value / wall:.2f}%;background:{SPLIT_COLORS[name]}"></span>'
+        for name, value in parts
+        if value > 0
+    )
+    legend = ", ".join(
+        f'<span style="color:{SPLIT_COLORS[name]}">■</span> {name} {share(value, wall)}'
+        for name, value in parts
+    )
+    return f'<div class="tfdiag-split">{spans}</div><p class="muted">{legend}</p>'
+
+
+def overview_html(report: dict[str, Any]) -> str:
+    """The headline numbers: steps per phase, steady-state times, time split, memory, findings."""
+    e = escape
+    parts: list[str] = []
     phases = report["steps"]["phases"]
     if phases:
         parts.append("<table>")
@@ -73,9 +132,6 @@ def render_html(report: dict[str, Any], record: Record, full_page: bool = False)
         )
     else:
         parts.append("<p>No steps were recorded.</p>")
-    png = step_time_png(record)
-    if png:
-        parts.append(f'<img alt="step time over steps" src="{png_data_uri(png)}">')
     split = report["time_split"]
     wall = split["wall"]
     wait = (
@@ -93,6 +149,21 @@ def render_html(report: dict[str, Any], record: Record, full_page: bool = False)
         f"{share(split['compute'], wall)} ({seconds(split['compute'])}), data wait {wait}, "
         f"other {share(split['other'], wall)} ({seconds(split['other'])}).{note}</p>"
     )
+    parts.append(split_bar(split))
+    parts.append(memory_table(report))
+    findings = sorted_findings(report["findings"])
+    if findings:
+        items = "".join(
+            f"<li><b>{e(str(f['severity']))}</b> <code>{e(str(f['code']))}</code>: "
+            f"{e(str(f['title']))}</li>"
+            for f in findings
+        )
+        parts.append(f"<p><b>Findings</b>, most important first</p><ul>{items}</ul>")
+    return "".join(parts)
+
+
+def memory_table(report: dict[str, Any]) -> str:
+    e = escape
     memory = report["memory"]
     rows = []
     if memory["host_rss"]:
@@ -100,13 +171,20 @@ def render_html(report: dict[str, Any], record: Record, full_page: bool = False)
         rows.append(_row(["host RSS", size(m["start"]), size(m["peak"]), size(m["end"])]))
     for device, m in memory["gpu"].items():
         rows.append(_row([e(device), size(m["start"]), size(m["peak"]), size(m["end"])]))
-    if rows:
-        parts.append(
-            "<table>"
-            + _row(["memory", "start", "peak", "end"], header=True)
-            + "".join(rows)
-            + "</table>"
-        )
+    if not rows:
+        return ""
+    return (
+        "<table>"
+        + _row(["memory", "start", "peak", "end"], header=True)
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def details_html(report: dict[str, Any], record: Record, full_page: bool) -> str:
+    """tf.functions, GC, the cell's loops, warnings, and (in a file) the profiled code."""
+    e = escape
+    parts: list[str] = []
     functions = [f for f in report["functions"] if f["calls"]]
     if functions:
         parts.append("<table>" + _row(["tf.function", "calls", "traces", "objects"], True))
@@ -135,21 +213,142 @@ def render_html(report: dict[str, Any], record: Record, full_page: bool = False)
             for w in report["warnings"][:10]
         )
         parts.append(f"<p><b>Warnings</b> ({report['warnings_total']})</p><ul>{items}</ul>")
-    if report["findings"]:
-        items = "".join(
-            f"<li><b>{e(f['code'])}</b>: {e(f['title'])}</li>" for f in report["findings"]
-        )
-        parts.append(f"<p><b>Findings</b></p><ul>{items}</ul>")
     if full_page and record.source:
         parts.append(
             f"<details><summary>Profiled code</summary><pre>{e(record.source)}</pre></details>"
         )
+    return "".join(parts)
+
+
+def gpu_sentence(report: dict[str, Any]) -> str:
+    gpu = report["gpu"]
+    seen = ", ".join(gpu["tensorflow_gpus"]) or "none"
+    return (
+        f"<p>No NVML samples in this run: {escape(str(gpu.get('nvml') or 'NVML was off'))}. "
+        f"GPUs TensorFlow sees: {escape(seen)}.</p>"
+    )
+
+
+def _image(png: bytes | None, alt: str) -> str:
+    if not png:
+        return ""
+    return f'<img alt="{escape(alt, quote=True)}" src="{png_data_uri(png)}">'
+
+
+def static_plots(record: Record) -> dict[str, bytes | None]:
+    """The plots of the static view, drawn once over the whole run."""
+    from .dash_model import step_series
+    from .dash_plots import StepPlotOptions, gpu_png, memory_png, steps_png
+
+    series = step_series(record)
+    last = max(series.count - 1, 0)
+    return {
+        "steps": steps_png(series, 0, last, StepPlotOptions()),
+        "memory": memory_png(series, 0, last),
+        "gpu": gpu_png(series, 0, last),
+    }
+
+
+def data_html(report: dict[str, Any], record: Record, full_page: bool) -> str:
+    import json
+
+    import numpy as np
+
+    n = record.step_count
+    if n == 0:
+        return "<p>No steps were recorded.</p>"
+    limit = PAGE_TABLE_ROWS if full_page else STATIC_TABLE_ROWS
+    if n <= 2 * limit:
+        rows = np.arange(n)
+        caption = f"all {n} steps"
+    else:
+        rows = np.concatenate((np.arange(limit), np.arange(n - limit, n)))
+        caption = f"the first and last {limit} of {n} steps"
+    parts = [table_html(record, rows, caption)]
+    if full_page:
+        links = [
+            data_link(
+                json.dumps(report, indent=1),
+                "tfdiag-report.json",
+                "application/json",
+                "JSON report",
+            )
+        ]
+        if n <= PAGE_CSV_LIMIT:
+            links.append(
+                data_link(csv_text(record), "tfdiag-steps.csv", "text/csv", "steps as CSV")
+            )
+        parts.append("<p>Download: " + " · ".join(links) + "</p>")
+    parts.append(
+        '<p class="muted">Every step: <code>run.steps</code> (a DataFrame) of '
+        "<code>%%tfprofile -o run</code>; <code>run.to_json()</code> for the report.</p>"
+    )
+    return "".join(parts)
+
+
+def render_html(
+    report: dict[str, Any],
+    record: Record,
+    full_page: bool = False,
+    plots: dict[str, bytes | None] | None = None,
+) -> str:
+    """The static view: a notebook fragment (sections one after another) or a page with tabs.
+
+    `plots` are PNGs already drawn (the dashboard passes its own); drawn here when None.
+    """
+    e = escape
+    if plots is None:
+        plots = static_plots(record)
+    header = [f"<h3>tfdiag_magic: {e(headline(report))}</h3>"]
+    error = report.get("error")
+    if error:
+        header.append(
+            f'<p class="err">{e(error["type"])}: {e(error["message"].strip()[:600])}</p>'
+            '<p class="muted">The record below holds everything up to the error.</p>'
+        )
+    findings = sorted_findings(report["findings"])
+    panels = {
+        "Overview": overview_html(report) + details_html(report, record, full_page),
+        "Steps": _image(plots.get("steps"), "step time over steps")
+        or "<p>No steps were recorded.</p>",
+        "Memory": (_image(plots.get("memory"), "memory over steps") or "<p>No memory samples.</p>")
+        + memory_table(report),
+        "GPU": _image(plots.get("gpu"), "GPU utilization, memory and power over time")
+        or gpu_sentence(report),
+        "Findings": "".join(finding_html(f, buttons=full_page) for f in findings)
+        or "<p>No findings.</p>",
+        "Data": data_html(report, record, full_page),
+    }
+    parts: list[str] = ['<div class="tfdiag">', *header]
+    if full_page:
+        parts.append('<div class="tfdiag-tabs">')
+        for i, name in enumerate(TABS):
+            checked = " checked" if i == 0 else ""
+            parts.append(
+                f'<input type="radio" name="tfdiag-tabs" id="tfdiag-tab{i}"{checked}>'
+                f'<label for="tfdiag-tab{i}">{name}</label>'
+            )
+        for i, name in enumerate(TABS):
+            parts.append(f'<div class="tfdiag-panel" id="tfdiag-panel{i}">{panels[name]}</div>')
+        parts.append("</div>")
+    else:
+        parts.append(panels["Overview"])
+        parts.append(panels["Steps"])
+        if plots.get("memory"):
+            parts.append(f"<h4>Memory</h4>{_image(plots['memory'], 'memory over steps')}")
+        if plots.get("gpu"):
+            parts.append(f"<h4>GPU</h4>{_image(plots['gpu'], 'GPU over time')}")
+        if findings:
+            parts.append("<h4>Findings</h4>" + panels["Findings"])
+        parts.append(f"<details><summary>Steps table</summary>{panels['Data']}</details>")
     parts.append("</div>")
     body = "\n".join(parts)
+    style = STYLE + PANEL_STYLE
     if not full_page:
-        return f"<style>{STYLE}</style>\n{body}"
+        return f"<style>{style}</style>\n{body}"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>tfdiag_magic report</title>"
-        f"<style>body{{margin:2em}}{STYLE}</style></head><body>\n{body}\n</body></html>\n"
+        f"<style>body{{margin:2em}}{style}{_tab_style()}</style></head><body>\n{body}\n"
+        "</body></html>\n"
     )

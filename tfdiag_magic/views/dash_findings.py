@@ -1,0 +1,159 @@
+"""Findings as HTML: evidence, documentation, the rewrite as a diff and as a full cell, buttons.
+
+The same markup serves the widget dashboard (an ipywidgets HTML widget) and the static report.
+The buttons work in the browser alone, with no kernel: "Copy" puts the rewritten cell on the
+clipboard; "Insert below" adds a cell under the profiled one in JupyterLab 4 / Notebook 7 and
+fills it with the rewrite (through the notebook's own toolbar command and editor, as a click
+and typing would), and copies instead where there is no notebook around it (an exported page).
+Every user-controlled string is escaped.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+SEVERITY_COLORS = {"error": "#dc2626", "warning": "#d97706", "info": "#2563eb"}
+
+# Copy the rewrite: the Clipboard API where the page may use it, else a selected textarea.
+_COPY_JS = (
+    "var f=this.closest('.tfdiag-finding'),t=f.querySelector('textarea.tfdiag-rewrite'),"
+    "s=f.querySelector('.tfdiag-status');"
+    "function old(){t.hidden=false;t.select();var ok=document.execCommand('copy');"
+    "t.hidden=true;s.textContent=ok?'Copied.':'Select the cell below and copy it.';}"
+    "if(navigator.clipboard&&window.isSecureContext){navigator.clipboard.writeText(t.value)"
+    ".then(function(){s.textContent='Copied.';},old);}else{old();}"
+)
+
+# Insert the rewrite as a new cell below: click inside the cell makes it the active one; the
+# notebook toolbar's "insert cell below" command adds the cell, focusing its editor enters edit
+# mode, and the text is typed in with the editor's own input handling (insertText).
+_INSERT_JS = (
+    "var b=this,f=b.closest('.tfdiag-finding'),"
+    "t=f.querySelector('textarea.tfdiag-rewrite').value,"
+    "s=f.querySelector('.tfdiag-status'),cell=b.closest('.jp-Cell'),"
+    "panel=b.closest('.jp-NotebookPanel')||document,"
+    "btn=panel.querySelector('[data-command=\"notebook:insert-cell-below\"]');"
+    "function copy(m){f.querySelector('.tfdiag-copy').click();s.textContent=m;}"
+    "if(!cell||!btn){copy('No notebook here: copied, paste it into a new cell.');return;}"
+    "var before=cell.nextElementSibling;"
+    "var o={bubbles:true,cancelable:true,button:0,view:window};"
+    "btn.dispatchEvent(new MouseEvent('mousedown',o));"
+    "var tries=0;(function fill(){var next=cell.nextElementSibling;"
+    "if(!next||next===before||!next.classList.contains('jp-Cell')){"
+    "if(++tries==5){btn.dispatchEvent(new MouseEvent('click',o));}"
+    "if(tries<60){setTimeout(fill,50);}else{copy('Could not insert: copied instead.');}return;}"
+    "var ed=next.querySelector('.cm-content');if(!ed){copy('Inserted; copied, paste it in.');"
+    "return;}ed.focus();setTimeout(function(){"
+    "var ok=document.execCommand('insertText',false,t);"
+    "s.textContent=ok?'Inserted below.':'Inserted an empty cell; the text is copied.';"
+    "if(!ok){copy(s.textContent);}},60);})();"
+)
+
+
+def _attr(js: str) -> str:
+    return escape(js, quote=True)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list, tuple)):
+        text = json.dumps(value, default=str)
+        return text if len(text) <= 300 else text[:300] + "…"
+    return str(value)
+
+
+def diff_html(diff: str) -> str:
+    """A unified diff with added and removed lines coloured (escaped)."""
+    lines = []
+    for line in diff.splitlines():
+        cls = ""
+        if line.startswith(("+++", "---")):
+            cls = "hd"
+        elif line.startswith("+"):
+            cls = "add"
+        elif line.startswith("-"):
+            cls = "del"
+        elif line.startswith("@@"):
+            cls = "hunk"
+        body = escape(line) or " "
+        lines.append(f'<span class="{cls}">{body}</span>' if cls else body)
+    return '<pre class="tfdiag-diff">' + "\n".join(lines) + "</pre>"
+
+
+def documentation(code: str) -> str | None:
+    """The catalogue's text for a finding code, when the diagnosis package provides it."""
+    try:
+        from ..diagnose import explain  # type: ignore[attr-defined]
+    except Exception:  # the catalogue is not there (yet): no documentation
+        return None
+    try:
+        text = explain(code)
+    except Exception:
+        return None
+    return text or None
+
+
+def finding_html(finding: dict[str, Any], buttons: bool = True, open_doc: bool = False) -> str:
+    """One finding (a dict of the JSON report) as an HTML block."""
+    e = escape
+    severity = str(finding.get("severity", "info"))
+    color = SEVERITY_COLORS.get(severity, "#6b7280")
+    parts = [
+        '<div class="tfdiag-finding">',
+        f'<div class="tfdiag-ftitle"><span class="tfdiag-badge" style="background:{color}">'
+        f"{e(severity)}</span> <code>{e(str(finding.get('code', '')))}</code> "
+        f"<b>{e(str(finding.get('title', '')))}</b></div>",
+    ]
+    if finding.get("detail"):
+        parts.append(f"<p>{e(str(finding['detail']))}</p>")
+    if finding.get("fix"):
+        parts.append(f"<p><b>Fix</b>: {e(str(finding['fix']))}</p>")
+    evidence = finding.get("evidence") or {}
+    if evidence:
+        rows = "".join(
+            f"<tr><td>{e(str(k))}</td><td>{e(_value(v))}</td></tr>" for k, v in evidence.items()
+        )
+        parts.append(f'<table class="tfdiag-evidence"><tr><th>evidence</th><th></th></tr>{rows}')
+        parts.append("</table>")
+    impact = finding.get("impact")
+    if impact:
+        parts.append(f'<p class="muted">Estimated cost in this run: {float(impact):.3g} s</p>')
+    doc = documentation(str(finding.get("code", "")))
+    if doc:
+        parts.append(
+            f"<details{' open' if open_doc else ''}><summary>Documentation</summary>"
+            f'<pre class="tfdiag-doc">{e(doc)}</pre></details>'
+        )
+    if finding.get("diff"):
+        parts.append("<details open><summary>The change</summary>")
+        parts.append(diff_html(str(finding["diff"])) + "</details>")
+    rewrite = finding.get("rewrite")
+    if rewrite:
+        parts.append("<details><summary>The rewritten cell</summary>")
+        parts.append(f"<pre>{e(str(rewrite))}</pre></details>")
+        parts.append(
+            f'<textarea class="tfdiag-rewrite" hidden readonly>{e(str(rewrite))}</textarea>'
+        )
+        if buttons:
+            parts.append(
+                '<div class="tfdiag-actions">'
+                f'<button type="button" class="tfdiag-insert" onclick="{_attr(_INSERT_JS)}">'
+                "Insert below</button> "
+                f'<button type="button" class="tfdiag-copy" onclick="{_attr(_COPY_JS)}">'
+                "Copy cell</button> "
+                '<span class="tfdiag-status muted"></span></div>'
+            )
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def sorted_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Most important first: errors before warnings before info, then by estimated cost."""
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(
+        findings,
+        key=lambda f: (order.get(str(f.get("severity")), 3), -float(f.get("impact") or 0.0)),
+    )

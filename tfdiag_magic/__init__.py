@@ -1,7 +1,8 @@
 """tfdiag_magic: measure TensorFlow/Keras training where it runs, in the notebook.
 
-``%load_ext tfdiag_magic`` registers ``%%tfprofile``. ``from tfdiag_magic import step`` marks
-steps by hand; ``with tfdiag_magic.profile() as result:`` profiles a block of a script.
+``%load_ext tfdiag_magic`` registers ``%%tfprofile`` and ``%tfgpu`` (the GPU doctor).
+``from tfdiag_magic import step`` marks steps by hand; ``with tfdiag_magic.profile() as
+result:`` profiles a block of a script.
 Importing this package does not import TensorFlow; the first profiling run does.
 """
 
@@ -32,12 +33,16 @@ def profile(*, memory_interval: float = 0.05, nvml: bool = True) -> Session:
 
 
 def load_ipython_extension(ipython: Any) -> None:
+    from .gpu.magic import load as load_gpu
     from .magics import load
 
     load(ipython)
+    load_gpu(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
+    from .gpu.magic import unload as unload_gpu
     from .magics import unload
 
+    unload_gpu(ipython)  # stops a running %tfgpu --watch and joins its thread
     unload(ipython)

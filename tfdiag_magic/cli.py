@@ -1,4 +1,4 @@
-"""Command line: ``python -m tfdiag_magic profile SCRIPT.py`` and ``python -m tfdiag_magic demo``.
+"""Command line: ``python -m tfdiag_magic profile SCRIPT.py``, ``demo`` and ``gpu``.
 
 ``profile`` runs a script as ``__main__`` under the same instrumentation as ``%%tfprofile``
 (its top-level loops included), prints the text report and writes the JSON report. It exits 0
@@ -47,7 +47,21 @@ def _parser() -> argparse.ArgumentParser:
         help="where to write the HTML report (default: a temporary folder)",
     )
     demo.add_argument("--json", metavar="PATH", default=None, help="also write the JSON report")
+    gpu = sub.add_parser("gpu", help="the GPU doctor: can TensorFlow use the GPU, and if not, why")
+    gpu.add_argument("--json", metavar="PATH", default=None, help="also write the JSON report")
     return parser
+
+
+def gpu_doctor(json_path: str | None) -> int:
+    """Print the ``%tfgpu`` report; 0 whatever it finds (it is a report, not a check)."""
+    from .gpu.report import collect_report
+
+    report = collect_report()
+    print(report.text())
+    if json_path is not None:
+        report.to_json(json_path)
+        print(f"\nJSON report: {json_path}")
+    return 0
 
 
 def profile_script(
@@ -124,6 +138,8 @@ def _report(
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "gpu":
+        return gpu_doctor(args.json)
     from .tf_runtime import TensorFlowMissingError
 
     try:

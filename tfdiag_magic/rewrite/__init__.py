@@ -1,0 +1,17 @@
+"""Rewrites of the user's own cell that fix a diagnosed problem, as libcst transforms.
+
+Each function takes the cell source and facts the diagnosis measured, and returns the whole
+rewritten cell, or None when the pattern is not there or the rewrite would not be safe.
+Comments and layout of the untouched code survive; every result is compiled before it is
+returned. A leading ``%%tfprofile`` line is kept as it is.
+"""
+
+from __future__ import annotations
+
+from .common import unified_diff
+from .numpy_batches import numpy_batches_to_dataset
+
+__all__ = [
+    "numpy_batches_to_dataset",
+    "unified_diff",
+]

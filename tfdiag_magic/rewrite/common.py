@@ -1,0 +1,669 @@
+"""Shared pieces of the cell rewrites: parsing a cell, checking a result, import aliases, diffs.
+
+Every rewrite goes through `rewrite_cell`: it splits off a leading ``%%tfprofile`` line, parses
+the rest with libcst (so comments and layout survive), runs the transform and returns the new
+cell only when it differs from the old one and compiles.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+MAGIC_PREFIX = "%%tfprofile"
+
+# Statements that own a block of statements; a loop's "body" is the IndentedBlock below it.
+Loop = cst.For | cst.While
+
+
+@dataclass
+class Cell:
+    """A parsed cell: the kept ``%%tfprofile`` line (or ""), the Python body and its tree."""
+
+    header: str
+    body: str
+    module: cst.Module
+    _positions: dict | None = field(default=None, repr=False)
+    _parents: dict | None = field(default=None, repr=False)
+
+    @property
+    def line_offset(self) -> int:
+        """How many lines of the given source precede the Python body."""
+        return 1 if self.header else 0
+
+    def _resolve(self) -> None:
+        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+        self._positions = wrapper.resolve(PositionProvider)
+        self._parents = wrapper.resolve(ParentNodeProvider)
+
+    def line(self, node: cst.CSTNode) -> int:
+        """The 1-based line of `node` in the given source (the magic line counts)."""
+        if self._positions is None:
+            self._resolve()
+        return self._positions[node].start.line + self.line_offset
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        if self._parents is None:
+            self._resolve()
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+
+def split_magic_line(source: str) -> tuple[str, str]:
+    """Split a leading ``%%tfprofile ...`` line (kept verbatim) from the Python body."""
+    if source.startswith(MAGIC_PREFIX):
+        newline = source.find("\n")
+        if newline == -1:
+            return source + "\n", ""
+        return source[: newline + 1], source[newline + 1 :]
+    return "", source
+
+
+def parse_cell(source: str) -> Cell | None:
+    """Parse a cell, or None when its Python does not parse or compile (IPython magics etc.)."""
+    header, body = split_magic_line(source)
+    if not compiles(body):
+        return None
+    try:
+        module = cst.parse_module(body)
+    except (cst.ParserSyntaxError, SyntaxError):
+        return None
+    return Cell(header, body, module)
+
+
+def compiles(code: str) -> bool:
+    try:
+        compile(code, "<cell>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def finish(cell: Cell, new: cst.Module | str | None) -> str | None:
+    """The full rewritten cell, or None when nothing changed or the result does not compile."""
+    if new is None:
+        return None
+    code = new.code if isinstance(new, cst.Module) else new
+    if code == cell.body or not compiles(code):
+        return None
+    return cell.header + code
+
+
+def rewrite_cell(source: str, transform: Callable[[Cell], cst.Module | None]) -> str | None:
+    """Parse `source`, apply `transform` to it, and check the result (see `finish`)."""
+    cell = parse_cell(source)
+    if cell is None:
+        return None
+    return finish(cell, transform(cell))
+
+
+def unified_diff(before: str, after: str) -> str:
+    """A unified diff from `before` to `after`, every line ending with a newline."""
+
+    def lines(text: str) -> list[str]:
+        return [line if line.endswith("\n") else line + "\n" for line in text.splitlines(True)]
+
+    return "".join(
+        difflib.unified_diff(lines(before), lines(after), "cell", "cell (rewritten)", n=3)
+    )
+
+
+# --- source text and names ------------------------------------------------------------------
+
+_EMPTY = cst.Module([])
+
+
+def code_of(node: cst.CSTNode) -> str:
+    """The source text of a node on its own."""
+    return _EMPTY.code_for_node(node)
+
+
+def expr_ast(node: cst.BaseExpression) -> ast.expr:
+    return ast.parse("(" + code_of(node) + "\n)", mode="eval").body
+
+
+def same_expr(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    """Whether two expressions are the same code, ignoring layout and comments."""
+    return ast.dump(expr_ast(a)) == ast.dump(expr_ast(b))
+
+
+def _as_ast(node: cst.CSTNode) -> ast.AST:
+    if isinstance(node, cst.BaseExpression):
+        return expr_ast(node)
+    if isinstance(node, cst.IndentedBlock | cst.SimpleStatementSuite):
+        return ast.parse(code_of(cst.Module(body=list(block_statements(node)))))
+    return ast.parse(code_of(node))
+
+
+def loaded_names(node: cst.CSTNode) -> set[str]:
+    """Names read anywhere in `node` (nested function bodies included)."""
+    return {
+        n.id
+        for n in ast.walk(_as_ast(node))
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+
+
+def stored_names(node: cst.CSTNode) -> set[str]:
+    """Names bound anywhere in `node`: assignments, loop and with targets, defs, imports."""
+    names: set[str] = set()
+    for n in ast.walk(_as_ast(node)):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del):
+            names.add(n.id)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(n.name)
+        elif isinstance(n, ast.Import | ast.ImportFrom):
+            for alias in n.names:
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names.add(n.name)
+        elif isinstance(n, ast.Global | ast.Nonlocal):
+            names.update(n.names)
+    return names
+
+
+def all_names(node: cst.CSTNode) -> set[str]:
+    """Every identifier used in `node` (read, bound or as an attribute)."""
+    names = set()
+    for n in ast.walk(_as_ast(node)):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            names.add(n.attr)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+    return names | stored_names(node)
+
+
+def fresh_name(module: cst.Module, preferred: Sequence[str]) -> str:
+    """The first of `preferred` not used anywhere in the cell, else the first with a suffix."""
+    used = all_names(module)
+    for name in preferred:
+        if name not in used:
+            return name
+    base = preferred[0]
+    index = 2
+    while f"{base}_{index}" in used:
+        index += 1
+    return f"{base}_{index}"
+
+
+def dotted(expr: cst.CSTNode | None) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        base = dotted(expr.value)
+        return None if base is None else f"{base}.{expr.attr.value}"
+    return None
+
+
+def call_name(call: cst.CSTNode) -> str | None:
+    """The dotted name a call calls (``model.fit`` for ``model.fit(...)``), else None."""
+    return dotted(call.func) if isinstance(call, cst.Call) else None
+
+
+def method_name(call: cst.CSTNode) -> str | None:
+    """The attribute a method call ends with (``fit`` for ``anything.fit(...)``)."""
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+        return call.func.attr.value
+    return None
+
+
+def parse_expr(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def parse_stmt(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code)
+
+
+def parse_stmts(code: str) -> list[cst.BaseStatement]:
+    return list(cst.parse_module(code).body)
+
+
+# --- arguments --------------------------------------------------------------------------------
+
+
+def find_kwarg(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def positional_args(call: cst.Call) -> list[cst.Arg]:
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def remove_args(call: cst.Call, doomed: Iterable[cst.Arg]) -> cst.Call:
+    """`call` without the given arguments, commas kept tidy (a trailing comma stays trailing)."""
+    doomed_ids = {id(a) for a in doomed}
+    args = list(call.args)
+    kept = [a for a in args if id(a) not in doomed_ids]
+    if kept and id(args[-1]) in doomed_ids:
+        # The new last argument takes the comma (trailing or none) of the old last one.
+        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+    return call.with_changes(args=kept)
+
+
+def set_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """`call` with keyword `name` set to `value`: replaced in place, or appended at the end."""
+    existing = find_kwarg(call, name)
+    if existing is not None:
+        return call.with_changes(
+            args=[a.with_changes(value=value) if a is existing else a for a in call.args]
+        )
+    args = list(call.args)
+    new_arg = cst.Arg(
+        keyword=cst.Name(name),
+        value=value,
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
+    if not args:
+        return call.with_changes(args=[new_arg])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        # A trailing comma (usually one argument per line): the new one follows the same style.
+        new_arg = new_arg.with_changes(comma=last.comma)
+        args[-1] = last.with_changes(comma=_comma_like(args))
+    else:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, new_arg])
+
+
+def _comma_like(args: list[cst.Arg]) -> cst.Comma:
+    """The comma used between arguments, to repeat it for an appended argument."""
+    for arg in args[:-1]:
+        if isinstance(arg.comma, cst.Comma):
+            return arg.comma
+    return args[-1].comma  # type: ignore[return-value]
+
+
+def add_positional(call: cst.Call, value: cst.BaseExpression) -> cst.Call:
+    args = list(call.args)
+    if args:
+        args[-1] = args[-1].with_changes(
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
+    return call.with_changes(args=[*args, cst.Arg(value=value)])
+
+
+def int_value(expr: cst.CSTNode | None) -> int | None:
+    """The value of a plain integer literal, else None."""
+    if isinstance(expr, cst.Integer):
+        return int(expr.value.replace("_", ""), 0)
+    return None
+
+
+# --- imports and aliases --------------------------------------------------------------------
+
+
+@dataclass
+class Aliases:
+    """Which local names the cell binds to modules and imported objects."""
+
+    imported: dict[str, str]  # local name -> fully qualified name, from the cell's imports
+    module_names: set[str]  # every identifier the cell uses
+
+    def module_alias(self, module: str) -> str | None:
+        """The local name bound to `module` itself (``tf`` for ``import tensorflow as tf``)."""
+        for local, qualified in self.imported.items():
+            if qualified == module:
+                return local
+        return None
+
+    @property
+    def tf(self) -> str | None:
+        return self.module_alias("tensorflow")
+
+    @property
+    def np(self) -> str | None:
+        return self.module_alias("numpy")
+
+    def qualify(self, name: str | None) -> str | None:
+        """The fully qualified form of a dotted name, through the cell's imports."""
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        base = self.imported.get(head)
+        if base is None:
+            return None
+        return f"{base}.{rest}" if rest else base
+
+    def keras_name(self, name: str | None) -> str | None:
+        """`name` as a path inside Keras (``layers.Dense``), when it names a Keras object."""
+        qualified = self.qualify(name)
+        if qualified is None:
+            return None
+        for prefix in ("tensorflow.keras.", "tensorflow.python.keras.", "tf_keras.", "keras.src."):
+            if qualified.startswith(prefix):
+                return qualified[len(prefix) :]
+        if qualified.startswith("keras."):
+            return qualified[len("keras.") :]
+        return None
+
+    def keras(self, module: cst.Module) -> str | None:
+        """How the cell spells the Keras module: ``tf.keras`` when it uses that, else ``keras``."""
+        tf = self.tf
+        if tf is not None and _uses_attribute(module, tf, "keras"):
+            return f"{tf}.keras"
+        for local, qualified in self.imported.items():
+            if qualified in ("keras", "tensorflow.keras"):
+                return local
+        if tf is not None:
+            return f"{tf}.keras"
+        return None
+
+
+def _uses_attribute(module: cst.Module, base: str, attr: str) -> bool:
+    for node in walk(module):
+        if (
+            isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == base
+            and node.attr.value == attr
+        ):
+            return True
+    return False
+
+
+def aliases(module: cst.Module) -> Aliases:
+    imported: dict[str, str] = {}
+    for node in walk(module):
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted(alias.name)
+                if full is None:
+                    continue
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    imported[alias.asname.name.value] = full
+                else:
+                    head = full.split(".")[0]
+                    imported[head] = head
+        elif isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
+            base = dotted(node.module)
+            if base is None or isinstance(node.names, cst.ImportStar):
+                continue
+            for alias in node.names:
+                name = dotted(alias.name)
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    imported[alias.asname.name.value] = f"{base}.{name}"
+                else:
+                    imported[str(name)] = f"{base}.{name}"
+    return Aliases(imported, all_names(module))
+
+
+def import_alias(module: cst.Module, qualified: str, alias: str) -> tuple[str, bool] | None:
+    """The local name to use for module `qualified` and whether an import must be added.
+
+    The cell's own alias when it imports the module; else `alias`, unless the cell already uses
+    that name for something else (None).
+    """
+    known = aliases(module)
+    existing = known.module_alias(qualified)
+    if existing is not None:
+        return existing, False
+    if alias in known.module_names or alias in known.imported:
+        return None
+    return alias, True
+
+
+def add_import(module: cst.Module, qualified: str, alias: str) -> cst.Module:
+    """`module` with ``import QUALIFIED as ALIAS`` after its leading imports."""
+    line = qualified if alias == qualified else f"{qualified} as {alias}"
+    statement = parse_stmt(f"import {line}\n")
+    body = list(module.body)
+    index = 0
+    while index < len(body) and _is_import_line(body[index]):
+        index += 1
+    body.insert(index, statement)
+    return module.with_changes(body=body)
+
+
+def ensure_import(module: cst.Module, qualified: str, alias: str) -> tuple[cst.Module, str] | None:
+    """The module with ``import QUALIFIED as ALIAS`` (unless already imported) and the local name.
+
+    Call it before adding code that uses the alias. None when `alias` is taken in the cell.
+    """
+    found = import_alias(module, qualified, alias)
+    if found is None:
+        return None
+    name, missing = found
+    return (add_import(module, qualified, name) if missing else module), name
+
+
+def _is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body
+    )
+
+
+# --- tree walking and editing ---------------------------------------------------------------
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node below `node` (itself included), parents before children, in source order."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
+
+
+def walk_skipping_defs(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Like `walk`, but does not enter function, lambda or class bodies below `node`."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+            continue
+        stack.extend(reversed(current.children))
+
+
+def block_statements(block: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The statements of a Module, IndentedBlock or one-line suite."""
+    if isinstance(block, cst.Module | cst.IndentedBlock):
+        return list(block.body)
+    if isinstance(block, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(body=list(block.body))]
+    return []
+
+
+def small_statements(statement: cst.CSTNode) -> list[cst.BaseSmallStatement]:
+    """The small statements of a simple statement line (``a = 1; b = 2``), else []."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return list(statement.body)
+    return []
+
+
+def single_small(statement: cst.CSTNode) -> cst.BaseSmallStatement | None:
+    """The only small statement of a one-statement line, else None."""
+    smalls = small_statements(statement)
+    return smalls[0] if len(smalls) == 1 else None
+
+
+def statement_call(statement: cst.CSTNode) -> cst.Call | None:
+    """The call of a line that is only ``call(...)``, ``x = call(...)`` or ``x: T = call()``."""
+    small = single_small(statement)
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return small.value
+    if isinstance(small, cst.Assign | cst.AnnAssign) and isinstance(small.value, cst.Call):
+        return small.value
+    return None
+
+
+def loop_body(loop: Loop) -> list[cst.BaseStatement]:
+    return block_statements(loop.body)
+
+
+def with_block(node: cst.CSTNode, statements: list[cst.BaseStatement]) -> cst.CSTNode:
+    """`node` (a loop, def, if, with, ...) with its body replaced by `statements`."""
+    body = node.body
+    if not statements:
+        statements = [cst.SimpleStatementLine([cst.Pass()])]
+    if isinstance(body, cst.IndentedBlock):
+        return node.with_changes(body=body.with_changes(body=statements))
+    return node.with_changes(body=cst.IndentedBlock(body=statements))
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, edits: dict[int, object]) -> None:
+        super().__init__()
+        self.edits = edits
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        edit = self.edits.get(id(original_node))
+        if (
+            isinstance(updated_node, cst.SimpleStatementLine)
+            and updated_node.body
+            and len(updated_node.body) < len(original_node.body)
+        ):
+            # A small statement was removed: the line's new last one needs no semicolon.
+            last = updated_node.body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            updated_node = updated_node.with_changes(body=[*updated_node.body[:-1], last])
+        if edit is None:
+            return updated_node
+        if callable(edit):
+            return edit(updated_node)
+        return edit
+
+
+def replace(module: cst.Module, edits: dict[cst.CSTNode, object]) -> cst.Module:
+    """Apply edits keyed by original node: a new node, a sentinel, or a function of the node
+    after its own children were edited (so nested edits compose)."""
+    return module.visit(_Replace({id(node): edit for node, edit in edits.items()}))
+
+
+def insert_before(
+    edits: dict[cst.CSTNode, object],
+    statement: cst.CSTNode,
+    new: Sequence[cst.BaseStatement],
+) -> None:
+    """Record an edit that puts `new` statements before `statement` (composes with others)."""
+    previous = edits.get(statement)
+
+    def edit(node):
+        if callable(previous):
+            node = previous(node)
+        elif previous is not None:
+            node = previous
+        if isinstance(node, cst.FlattenSentinel):
+            return cst.FlattenSentinel([*new, *node.nodes])
+        return cst.FlattenSentinel([*new, node])
+
+    edits[statement] = edit
+
+
+def enclosing_loops(cell: Cell, node: cst.CSTNode) -> list[Loop]:
+    """Loops around `node`, innermost first, up to the nearest enclosing def or class.
+
+    A node in a loop's ``else:`` or in the iterable of a ``for`` does not count as inside it.
+    """
+    loops: list[Loop] = []
+    child = node
+    for parent in cell.ancestors(node):
+        if isinstance(parent, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+            break
+        if isinstance(parent, cst.For | cst.While) and child is parent.body:
+            loops.append(parent)
+        child = parent
+    return loops
+
+
+def statement_of(cell: Cell, node: cst.CSTNode) -> cst.BaseStatement | None:
+    """The statement (simple line or compound) directly containing `node`."""
+    for candidate in [node, *cell.ancestors(node)]:
+        if isinstance(candidate, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            return candidate
+    return None
+
+
+def containing_block(cell: Cell, statement: cst.CSTNode) -> cst.CSTNode | None:
+    """The Module or IndentedBlock whose body lists `statement`."""
+    parent = cell.parent(statement)
+    return parent if isinstance(parent, cst.Module | cst.IndentedBlock) else None
+
+
+def loops_in(node: cst.CSTNode) -> list[Loop]:
+    return [n for n in walk(node) if isinstance(n, cst.For | cst.While)]
+
+
+def loop_at_line(cell: Cell, lineno: int) -> Loop | None:
+    for loop in loops_in(cell.module):
+        if cell.line(loop) == lineno:
+            return loop
+    return None
+
+
+def remove(edits: dict[cst.CSTNode, object], nodes: Iterable[cst.CSTNode]) -> None:
+    """Record edits removing statements or small statements (``a = 1`` of ``a = 1; b = 2``).
+
+    A line left empty disappears and a block left empty gets ``pass``.
+    """
+    for node in nodes:
+        edits[node] = cst.RemovalSentinel.REMOVE
+
+
+def is_call_to(node: cst.CSTNode, names: Iterable[str]) -> bool:
+    return isinstance(node, cst.Call) and call_name(node) in set(names)
+
+
+def leading_comment(text: str) -> list[cst.EmptyLine]:
+    """Comment lines (``# ...``) to put above a statement."""
+    return [
+        cst.EmptyLine(comment=cst.Comment("# " + line if line else "#"))
+        for line in text.splitlines()
+    ]
+
+
+def end_line(cell: Cell, node: cst.CSTNode) -> int:
+    """The last line of `node` in the given source."""
+    if cell._positions is None:
+        cell._resolve()
+    return cell._positions[node].end.line + cell.line_offset
+
+
+def loads_outside(cell: Cell, names: Iterable[str], node: cst.CSTNode) -> set[str]:
+    """Which of `names` are read somewhere in the cell outside the lines of `node`."""
+    wanted = set(names)
+    if not wanted:
+        return set()
+    first, last = cell.line(node) - cell.line_offset, end_line(cell, node) - cell.line_offset
+    found: set[str] = set()
+    for n in ast.walk(ast.parse(cell.body)):
+        if (
+            isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)
+            and n.id in wanted
+            and not first <= n.lineno <= last
+        ):
+            found.add(n.id)
+    return found
+
+
+def loads_after(cell: Cell, names: Iterable[str], node: cst.CSTNode) -> set[str]:
+    """Which of `names` are read in the cell on a line after `node` ends."""
+    wanted = set(names)
+    if not wanted:
+        return set()
+    last = end_line(cell, node) - cell.line_offset
+    return {
+        n.id
+        for n in ast.walk(ast.parse(cell.body))
+        if isinstance(n, ast.Name)
+        and isinstance(n.ctx, ast.Load)
+        and n.id in wanted
+        and n.lineno > last
+    }

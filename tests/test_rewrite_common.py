@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import itertools
+import linecache
+
 import libcst as cst
 import pytest
 
 from tfdiag_magic.rewrite import common
 
+_cells = itertools.count()
+
 
 def execute(source: str, namespace: dict | None = None) -> dict:
-    """Run a (rewritten) cell as plain Python; its %%tfprofile line, if any, is left out."""
+    """Run a (rewritten) cell as plain Python; its %%tfprofile line, if any, is left out.
+
+    The source is registered with linecache under a name of its own, as IPython does for a
+    cell, so that AutoGraph can read the functions it converts.
+    """
     namespace = {} if namespace is None else namespace
     _, body = common.split_magic_line(source)
-    exec(compile(body, "<cell>", "exec"), namespace)
+    filename = f"<cell-{next(_cells)}>"
+    linecache.cache[filename] = (len(body), None, body.splitlines(True), filename)
+    exec(compile(body, filename, "exec"), namespace)
     return namespace
 
 

@@ -9,9 +9,11 @@ returned. A leading ``%%tfprofile`` line is kept as it is.
 from __future__ import annotations
 
 from .common import unified_diff
+from .eager import compile_eager_step
 from .numpy_batches import numpy_batches_to_dataset
 
 __all__ = [
+    "compile_eager_step",
     "numpy_batches_to_dataset",
     "unified_diff",
 ]

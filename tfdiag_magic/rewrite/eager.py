@@ -1,0 +1,161 @@
+"""A training step that runs eagerly becomes a compiled one.
+
+Fixes steps executed op by op from Python: a function of the cell that computes gradients with
+a GradientTape and applies them (``tape.gradient`` plus ``optimizer.apply_gradients`` or
+``optimizer.apply``) gets ``@tf.function``; ``run_eagerly=True`` is removed from
+``model.compile(...)`` (and a ``model.run_eagerly = True`` line is removed);
+``tf.config.run_functions_eagerly(True)`` lines are removed.
+
+Limits: a function is left alone when it is a method, already a tf.function (decorated or
+wrapped with ``tf.function(f)`` in the cell), carries another decorator, or does things that
+behave differently or fail inside a graph: ``print``, ``.numpy()``, ``.item()``, ``float()``,
+``int()``, ``bool()``, ``len()``, ``.append()``, NumPy or ``time`` calls, creating variables,
+layers, models or optimizers, ``global``/``nonlocal``, ``yield``.
+``tf.config.run_functions_eagerly`` is process-wide: removing the line does not undo it in a
+kernel where it already ran (``tf.config.run_functions_eagerly(False)`` or a restart does).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .common import (
+    Aliases,
+    Cell,
+    add_import,
+    aliases,
+    call_name,
+    dotted,
+    find_kwarg,
+    import_alias,
+    method_name,
+    remove,
+    remove_args,
+    replace,
+    rewrite_cell,
+    walk,
+    walk_skipping_defs,
+)
+
+_UNSAFE_BUILTINS = {"print", "float", "int", "bool", "len", "input", "breakpoint"}
+_UNSAFE_METHODS = {"numpy", "item", "append", "extend", "tolist"}
+_BUILDERS = ("Sequential", "Model", "Input", "models.", "layers.", "optimizers.", "applications.")
+
+
+def compile_eager_step(source: str) -> str | None:
+    """Make eager training steps of the cell compiled ones; None when nothing applies."""
+    return rewrite_cell(source, _rewrite)
+
+
+def is_tf_function(names: Aliases, expr: cst.CSTNode) -> bool:
+    """Whether `expr` is ``tf.function`` (or a call of it, as in ``@tf.function(...)``)."""
+    if isinstance(expr, cst.Call):
+        expr = expr.func
+    return names.qualify(dotted(expr)) == "tensorflow.function"
+
+
+def wrapped_functions(names: Aliases, module: cst.Module) -> set[str]:
+    """Names of functions the cell passes to ``tf.function(f)``."""
+    wrapped = set()
+    for node in walk(module):
+        if isinstance(node, cst.Call) and is_tf_function(names, node) and node.args:
+            name = dotted(node.args[0].value)
+            if name is not None:
+                wrapped.add(name)
+    return wrapped
+
+
+def _is_step(names: Aliases, func: cst.FunctionDef) -> bool:
+    methods = {method_name(n) for n in walk_skipping_defs(func) if isinstance(n, cst.Call)}
+    return "gradient" in methods and bool(methods & {"apply_gradients", "apply"})
+
+
+def _graph_safe(names: Aliases, func: cst.FunctionDef) -> bool:
+    for node in walk_skipping_defs(func):
+        if isinstance(node, cst.Global | cst.Nonlocal | cst.Yield):
+            return False
+        if not isinstance(node, cst.Call):
+            continue
+        name = call_name(node)
+        if isinstance(node.func, cst.Name) and node.func.value in _UNSAFE_BUILTINS:
+            return False
+        if method_name(node) in _UNSAFE_METHODS:
+            return False
+        qualified = names.qualify(name) or ""
+        if qualified.split(".")[0] in ("numpy", "time"):
+            return False
+        if qualified == "tensorflow.Variable":
+            return False
+        keras_name = names.keras_name(name) or ""
+        if keras_name.startswith(_BUILDERS):
+            return False
+    return True
+
+
+def _rewrite(cell: Cell) -> cst.Module | None:
+    module = cell.module
+    names = aliases(module)
+    wrapped = wrapped_functions(names, module)
+    edits: dict[cst.CSTNode, object] = {}
+    to_decorate: list[cst.FunctionDef] = []
+    for node in walk(module):
+        if isinstance(node, cst.FunctionDef):
+            block = cell.parent(node)
+            if isinstance(cell.parent(block), cst.ClassDef):
+                continue  # a method: Keras compiles train_step itself
+            if node.decorators or node.name.value in wrapped or node.asynchronous:
+                continue
+            if _is_step(names, node) and _graph_safe(names, node):
+                to_decorate.append(node)
+        elif isinstance(node, cst.Call) and method_name(node) == "compile":
+            flag = find_kwarg(node, "run_eagerly")
+            if flag is not None and isinstance(flag.value, cst.Name) and flag.value.value == "True":
+                edits[node] = lambda call, flag=flag: remove_args(
+                    call, [a for a in call.args if a.keyword and a.keyword.value == "run_eagerly"]
+                )
+        elif isinstance(node, cst.SimpleStatementLine):
+            remove(edits, [s for s in node.body if _eager_switch(names, s)])
+
+    missing_import = False
+    tf = names.tf
+    if to_decorate:
+        found = import_alias(module, "tensorflow", "tf")
+        if found is None:
+            to_decorate = []
+        else:
+            tf, missing_import = found
+    for func in to_decorate:
+        decorator = cst.Decorator(decorator=cst.parse_expression(f"{tf}.function"))
+        edits[func] = lambda node, decorator=decorator: node.with_changes(
+            decorators=[decorator, *node.decorators]
+        )
+    if not edits:
+        return None
+    module = replace(module, edits)
+    return add_import(module, "tensorflow", tf) if missing_import else module
+
+
+def _eager_switch(names: Aliases, small: cst.CSTNode) -> bool:
+    """``tf.config.run_functions_eagerly(True)`` or ``model.run_eagerly = True``."""
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        call = small.value
+        qualified = names.qualify(call_name(call))
+        return (
+            qualified
+            in (
+                "tensorflow.config.run_functions_eagerly",
+                "tensorflow.config.experimental_run_functions_eagerly",
+            )
+            and len(call.args) == 1
+            and isinstance(call.args[0].value, cst.Name)
+            and call.args[0].value.value == "True"
+        )
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        target = small.targets[0].target
+        return (
+            isinstance(target, cst.Attribute)
+            and target.attr.value == "run_eagerly"
+            and isinstance(small.value, cst.Name)
+            and small.value.value == "True"
+        )
+    return False

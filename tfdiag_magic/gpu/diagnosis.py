@@ -486,9 +486,11 @@ def _memory_growth(facts: Facts) -> list[Problem]:
         for g in off
     )
     allocator = _env(facts).get("TF_GPU_ALLOCATOR")
-    when = "has reserved" if initialized else "reserves, when its runtime starts,"
+    when = (
+        "TensorFlow has reserved" if initialized else "when its runtime starts, TensorFlow reserves"
+    )
     message = (
-        f"Memory growth is off on {labels}: TensorFlow {when} almost all of the GPU's memory, "
+        f"Memory growth is off on {labels}: {when} almost all of the GPU's memory, "
         "so no other process (a second notebook, another framework) can use it, and the "
         "memory in use says nothing about what the model needs."
     )
@@ -536,7 +538,9 @@ def _mixed_precision(facts: Facts) -> list[Problem]:
         oldest = min(tensor_cores.values())  # advice that holds for every GPU in use
         shown = "the default float32" if policy is None else "float32"
         names = ", ".join(
-            f"{_label(g)}, compute capability {_cc_text(tensor_cores[g.get('name')])}"
+            f"{g.get('name', 'GPU').replace('/physical_device:', '')} ("
+            + (f"{g['device_name']}, " if g.get("device_name") else "")
+            + f"compute capability {_cc_text(tensor_cores[g.get('name')])})"
             for g in gpus
             if g.get("name") in tensor_cores
         )
@@ -629,7 +633,7 @@ def _pcie(facts: Facts) -> list[Problem]:
                 "pcie-link-degraded",
                 "warning",
                 f"GPU {device.get('index')}'s PCIe link runs below its maximum",
-                f"{_nvml_label(device)}'s PCIe link runs at {' and '.join(parts)}"
+                f"The PCIe link of {_nvml_label(device)} runs at {' and '.join(parts)}"
                 + (" while busy" if slow and busy else "")
                 + ": copies between host and GPU (the input pipeline's batches) are slower by "
                 "the same factor.",

@@ -202,10 +202,12 @@ def _device_rows(device: dict[str, Any]) -> Rows:
         )
     gen, gen_max = device.get("pcie_gen"), device.get("pcie_gen_max")
     width, width_max = device.get("pcie_width"), device.get("pcie_width_max")
-    pcie = (
-        f"gen {pair(gen, gen_max, '', 'pcie_gen', 'pcie_gen_max')}, "
-        f"x{pair(width, width_max, '', 'pcie_width', 'pcie_width_max')} lanes (current of max)"
+    lanes = (
+        f"x{width} of x{width_max} lanes"
+        if width is not None and width_max is not None
+        else f"lanes {pair(width, width_max, '', 'pcie_width', 'pcie_width_max')}"
     )
+    pcie = f"gen {pair(gen, gen_max, '', 'pcie_gen', 'pcie_gen_max')}, {lanes} (current of max)"
     if gen and gen_max and gen < gen_max and not device.get("utilization_gpu"):
         pcie += "; an idle GPU lowers its link generation to save power"
     rows.append(("PCIe link", pcie))

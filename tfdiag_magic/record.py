@@ -34,6 +34,8 @@ STEP_COLUMNS: dict[str, type] = {
     "traced": np.bool_,  # a tf.function was traced during the step
     "callback_time": np.float32,  # seconds in Keras callbacks around the step
     "gc_time": np.float32,  # seconds of Python GC pauses during the step
+    "host_bytes": np.float64,  # bytes of NumPy arrays the cell passed into the step's call
+    "batch": np.float32,  # samples in the step's batch, when known; NaN otherwise
 }
 
 
@@ -83,6 +85,50 @@ class LoopInfo:
     id: int
     lineno: int
     source: str
+    iterations: int = 0  # iterations run, in all runs of the loop
+    seconds: float = 0.0  # time in its bodies (waits for items excluded)
+    wait: float = 0.0  # time waiting for its items
+    has_steps: bool = False  # a step (not a loop iteration) ran inside it
+    rows_dropped: int = 0  # iterations counted but not kept as rows (see recorder)
+
+
+@dataclass
+class KerasCall:
+    """A Keras API call the cell made itself (fit, evaluate, predict, compile)."""
+
+    api: str
+    start: float
+    duration: float
+    steps: int  # step rows recorded inside the call
+    step_time: float  # seconds inside those steps
+    loop: int  # innermost loop of the cell the call was made in; -1 for none
+    model: str  # the model's name
+    batch_size: float  # NaN when unknown
+    data: str  # what the data argument was: "numpy", "tensor", "dataset", "generator", ...
+    dense_layers: int = 0  # Dense/Conv/attention-style layers of the model (Tensor Core work)
+    layers: int = 0
+    data_time: float = float("nan")  # seconds a Python generator took to make the batches
+    data_items: int = 0  # batches the generator made
+
+
+@dataclass
+class ModelBuilt:
+    """A Keras model constructed during the run."""
+
+    time: float
+    name: str
+    cls: str
+    loop: int  # innermost loop of the cell it was built in; -1 for none
+    rss: int  # process memory right after it was built (bytes; -1 when unknown)
+
+
+@dataclass
+class ConfigCall:
+    """A device-configuration call that TensorFlow refused because the runtime was running."""
+
+    time: float
+    call: str
+    message: str
 
 
 @dataclass
@@ -113,6 +159,10 @@ class Record:
     started_at: str = ""  # ISO 8601, local time
     source: str | None = None  # the profiled cell or script, when there is one
     facts: dict[str, Any] = field(default_factory=dict)  # versions, devices, sampler status
+    keras_calls: list[KerasCall] = field(default_factory=list)
+    models: list[ModelBuilt] = field(default_factory=list)
+    config_calls: list[ConfigCall] = field(default_factory=list)
+    callback_seconds: dict[str, float] = field(default_factory=dict)  # callback class -> s
 
     @property
     def step_count(self) -> int:

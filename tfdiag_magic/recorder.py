@@ -37,12 +37,20 @@ ROW_FIELDS = (
     "fused",
     "loop",
     "callback_time",
+    "host_bytes",
+    "batch",
 )
 WIDTH = len(ROW_FIELDS)
 _LOSS = ROW_FIELDS.index("loss")
+_DURATION = ROW_FIELDS.index("duration")
+_LOOP_KIND = KINDS.index("loop")
 _PHASE = ROW_FIELDS.index("phase")
 _CALLBACK = ROW_FIELDS.index("callback_time")
 MAX_WARNINGS = 1000
+# A loop that has run this many iterations without a step inside any of them (an element-wise
+# Python loop) is counted from then on, not recorded row by row: the totals stay exact and
+# the record stays small however many millions of iterations it makes.
+LOOP_ROW_LIMIT = 10_000
 LOSS_BATCH = 4096  # at most this many losses wait; all are read at every memory sample
 NAN = math.nan
 
@@ -88,6 +96,8 @@ class Recorder:
         self.anchor = self.t0  # when the work of the next eager step can have begun (absolute)
         self.open_loops: list[OpenLoop] = []
         self.loops: list[LoopInfo] = []
+        self.loop_totals: dict[int, list[float]] = {}  # id -> [iterations, seconds, wait, dropped]
+        self.loops_with_steps: set[int] = set()
         # Losses that are device values are read in batches, long after their step ended, so
         # reading them never makes the host wait for the device inside a step.
         self._loss_rows: list[int] = []
@@ -102,8 +112,18 @@ class Recorder:
         self.gpu_reader: Callable[[], dict[str, tuple[int, int]]] | None = None
         self.warnings: list[WarningRecord] = []
         self.warnings_dropped = 0
+        # Calls and events that the diagnosis reads besides the steps (see record.py).
+        self.keras_calls: list[Any] = []  # KerasCall, top-level Keras API calls of the cell
+        self.models: list[Any] = []  # ModelBuilt
+        self.config_calls: list[Any] = []  # ConfigCall, device settings that failed
+        self.callback_seconds: dict[str, float] = {}  # Keras callback class -> seconds
+        self.pending_host_bytes = 0.0  # NumPy bytes the cell converted since the last step
+        self.keras_batch = NAN  # batch size of the running fit/evaluate/predict, when known
         self.error: ErrorInfo | None = None
         self._failure: tuple[BaseException, int] | None = None
+        # Called on the main thread after each memory sample taken at the end of a step (at
+        # most every memory_interval): the live view. It must be quick and never raise.
+        self.on_sample: Callable[[Recorder], None] | None = None
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -119,17 +139,24 @@ class Recorder:
         loss: Any = None,
         fused: int = 1,
         loop_id: int | None = None,
+        host_bytes: float = 0.0,
+        batch: float = NAN,
     ) -> None:
         """Append one step (or `fused` steps sharing one host call) that ran from start to end.
 
         This runs once per step: it reads no clock and touches nothing but the columns.
         """
+        if self.pending_host_bytes and kind != _LOOP_KIND:
+            host_bytes += self.pending_host_bytes
+            self.pending_host_bytes = 0.0
         open_loops = self.open_loops
         if loop_id is None:
             if open_loops:
                 loop_id = open_loops[-1].loop_id
                 if epoch < 0 and len(open_loops) > 1:
                     epoch = open_loops[0].index
+                for state in open_loops:
+                    self.loops_with_steps.add(state.loop_id)
             else:
                 loop_id = -1
         number = loss if loss is not None and isinstance(loss, (float, int)) else NAN
@@ -148,6 +175,8 @@ class Recorder:
                     1,
                     loop_id,
                     0.0,
+                    host_bytes,
+                    batch,
                 )
             )
         else:
@@ -168,6 +197,8 @@ class Recorder:
                         fused,
                         loop_id,
                         0.0,
+                        host_bytes if i == 0 else 0.0,
+                        batch,
                     )
                 )
         index = self.count + fused - 1
@@ -179,6 +210,15 @@ class Recorder:
                 self.settle_losses(keep_newest=True)
         if end >= self._next_memory:
             self.sample_memory(end)
+            if self.on_sample is not None:
+                self.on_sample(self)
+
+    def step_seconds(self, first_row: int) -> float:
+        """Seconds inside the steps appended since row `first_row`."""
+        if first_row >= self.count:
+            return 0.0
+        table = np.frombuffer(self._rows, dtype=np.float64)
+        return float(table[first_row * WIDTH + _DURATION :: WIDTH].sum())
 
     def add_callback_time(self, seconds: float) -> None:
         """Add Keras callback time to the step appended last."""
@@ -254,6 +294,15 @@ class Recorder:
         outer = self.open_loops[0] if self.open_loops else None
         epoch = outer.index if outer is not None and outer is not state else -1
         body_start = state.start + state.wait
+        totals = self.loop_totals.get(state.loop_id)
+        if totals is None:
+            totals = self.loop_totals[state.loop_id] = [0, 0.0, 0.0, 0]
+        totals[0] += 1
+        totals[1] += now - body_start
+        totals[2] += state.wait
+        if totals[0] > LOOP_ROW_LIMIT and state.loop_id not in self.loops_with_steps:
+            totals[3] += 1
+            return
         self.add_step(
             PHASE["loop"],
             KIND["loop"],
@@ -310,6 +359,10 @@ class Recorder:
                     peak_col.append(-1)
 
     # -- warnings and errors -------------------------------------------------------------------
+
+    def innermost_loop(self) -> int:
+        """Id of the innermost loop of the cell running now; -1 outside the cell's loops."""
+        return self.open_loops[-1].loop_id if self.open_loops else -1
 
     def add_warning(self, source: str, category: str, message: str) -> None:
         if len(self.warnings) >= MAX_WARNINGS:
@@ -378,6 +431,13 @@ class Recorder:
             memory[f"gpu:{device}:peak"] = np.array(peak, dtype=np.int64)
         for warning in self.warnings:
             warning.step = int(np.searchsorted(starts, warning.time, side="right"))
+        for loop in self.loops:
+            iterations, seconds, wait, dropped = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0))
+            loop.iterations = int(iterations)
+            loop.seconds = float(seconds)
+            loop.wait = float(wait)
+            loop.rows_dropped = int(dropped)
+            loop.has_steps = loop.id in self.loops_with_steps
         return Record(
             steps=steps,
             memory=memory,
@@ -386,6 +446,10 @@ class Recorder:
             warnings_dropped=self.warnings_dropped,
             error=self.error,
             wall_time=perf_counter() - self.t0,
+            keras_calls=list(self.keras_calls),
+            models=list(self.models),
+            config_calls=list(self.config_calls),
+            callback_seconds=dict(self.callback_seconds),
         )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from time import perf_counter
 from types import TracebackType
 from typing import Any
 
@@ -18,8 +20,11 @@ import numpy as np
 
 from . import __version__, active
 from .probes import Probe
+from .probes.device_config import DeviceConfigProbe
 from .probes.gc_pauses import GCProbe
+from .probes.host_conversions import HostConversionProbe
 from .probes.keras_calls import KerasProbe
+from .probes.keras_models import KerasModelProbe
 from .probes.logged_warnings import WarningsProbe
 from .probes.loops import LoopProbe
 from .probes.memory import MemoryProbe
@@ -96,6 +101,9 @@ class Session:
                 self._function_probe,
                 OptimizerProbe(),
                 KerasProbe(),
+                KerasModelProbe(),
+                DeviceConfigProbe(),
+                HostConversionProbe(),
             ]
             if self._nvml is not None:
                 probes.append(self._nvml)
@@ -110,6 +118,13 @@ class Session:
             raise
         self._rec = rec
         return self.result
+
+    def add_listener(self, callback: Callable[[Recorder], None] | None) -> None:
+        """Have `callback(recorder)` called on the main thread after each memory sample taken at
+        the end of a step, while the session runs (the live view); None removes it."""
+        if self._rec is None:
+            raise RuntimeError("the session is not running")
+        self._rec.on_sample = callback
 
     def stop(self, exc: BaseException | None = None) -> ProfileResult:
         """Remove every probe and build the record; `exc` is what ended the code, if anything."""
@@ -126,7 +141,11 @@ class Session:
                 self._remove_probes()
             finally:
                 active.release(rec)
-        self.result.record = self._build_record(rec)
+        record = self._build_record(rec)
+        self.result.record = record
+        from .diagnose import diagnose
+
+        self.result.findings = diagnose(record)
         return self.result
 
     def _remove_probes(self) -> None:
@@ -151,6 +170,9 @@ class Session:
             record.nvml = self._nvml.table()
         facts = dict(self._facts)
         facts["nvml"] = self._nvml.status if self._nvml is not None else "off"
+        conversion = _conversion_cost(record)
+        if conversion is not None:
+            facts["host_conversion_s"] = conversion
         record.facts = facts
         _attribute_events(record)
         _spread_over_fused_groups(record, rec.fused_groups)
@@ -178,8 +200,53 @@ def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
         "build": build,
         "gpus": gpus,
         "functions_run_eagerly": bool(tf.config.functions_run_eagerly()),
+        "mixed_precision_policy": _policy_name(keras),
+        "gpu": _gpu_facts(tf),
         "threads": threading.active_count(),
     }
+
+
+def _conversion_cost(record: Record) -> float | None:
+    """Seconds to turn one typical NumPy batch of the run into a tensor, measured now.
+
+    Only when steps were fed NumPy arrays; a few milliseconds at most.
+    """
+    fed = record.steps["host_bytes"]
+    fed = fed[fed > 0]
+    if fed.size == 0:
+        return None
+    try:
+        import tensorflow as tf
+
+        array = np.ones(max(int(np.median(fed)) // 4, 1), dtype=np.float32)
+        tf.convert_to_tensor(array)  # the first conversion pays for set-up
+        times = []
+        for _ in range(5):
+            start = perf_counter()
+            tf.convert_to_tensor(array).numpy()
+            times.append(perf_counter() - start)
+        return float(np.median(times))
+    except Exception:
+        return None
+
+
+def _policy_name(keras: Any) -> str | None:
+    try:
+        return str(keras.mixed_precision.global_policy().name)
+    except Exception:
+        return None
+
+
+def _gpu_facts(tf: Any) -> dict[str, Any]:
+    """The GPU set-up as the GPU doctor reads it (TensorFlow's view and the driver's)."""
+    try:
+        from .gpu.session_facts import session_facts
+    except ImportError:
+        return {}
+    try:
+        return session_facts(tf)
+    except Exception:
+        return {}
 
 
 def _attribute_events(record: Record) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..record import FunctionStats, TraceEvent
 from ..recorder import KIND, PHASE, Recorder
+from .inputs import inspect_inputs
 from .patching import Patcher
 
 _SIGNATURE_CHARS = 400
@@ -235,6 +236,7 @@ class TFFunctionProbe:
                     if len(traces) != traced_before:
                         entry.last_count = _tracing_count(function)
             wait = rec.take_wait()
+            host, batch = inspect_inputs(args, kwargs)
             rec.top_function = function
             rec.step_depth += 1
             start = perf_counter()
@@ -259,10 +261,14 @@ class TFFunctionProbe:
                 location = entry.loss_at = loss_location(result)
             loss = loss_at(result, location) if location is not None else None
             if entry.updates:
-                rec.add_step(train, kind, start, end, wait, -1, eager, loss)
+                rec.add_step(
+                    train, kind, start, end, wait, -1, eager, loss, host_bytes=host, batch=batch
+                )
                 rec.training_step_done(end)
             else:
-                rec.add_step(other, kind, start, end, wait, -1, eager, loss)
+                rec.add_step(
+                    other, kind, start, end, wait, -1, eager, loss, host_bytes=host, batch=batch
+                )
                 if not eager:
                     rec.graph_calls += 1
             return result

@@ -1,0 +1,82 @@
+"""The diagnosis: one module per finding code, each a pure function of a Record and the cell.
+
+Every rule module holds ``CODE``, ``TITLE``, ``DOC`` (what it detects, why it hurts, the
+evidence shown, the fix, and the threshold with where it comes from) and
+``check(record, source) -> Finding | None``. `diagnose` runs them all; `explain` prints one
+rule's documentation (``%tfprofile --explain CODE``, ``python -m tfdiag_magic explain CODE``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+from ..findings import Finding
+from ..record import Record
+
+RULE_MODULES: tuple[str, ...] = (
+    "oom",
+    "device_config_too_late",
+    "nonfinite_loss",
+    "retracing",
+    "eager_step",
+    "repeated_keras_call",
+    "model_rebuilt_in_loop",
+    "progressive_slowdown",
+    "host_memory_growth",
+    "device_memory_growth",
+    "input_bound",
+    "per_step_host_conversion",
+    "python_preprocessing",
+    "small_batch",
+    "slow_callback",
+    "gc_pauses",
+    "gpu_not_used",
+    "memory_growth_disabled",
+    "mixed_precision_available",
+)
+
+
+def rules() -> list[ModuleType]:
+    return [importlib.import_module(f"{__name__}.{name}") for name in RULE_MODULES]
+
+
+def codes() -> list[str]:
+    return [rule.CODE for rule in rules()]
+
+
+def diagnose(record: Record) -> list[Finding]:
+    """Every finding of the run, most important first (errors, then by time at stake).
+
+    A rule that fails is reported on stderr and skipped: one broken rule must not cost the
+    user the rest of the diagnosis or the record.
+    """
+    findings: list[Finding] = []
+    for rule in rules():
+        try:
+            finding = rule.check(record, record.source)
+        except Exception as exc:
+            print(
+                f"tfdiag_magic: the {rule.CODE} check failed: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            continue
+        if finding is not None:
+            findings.append(finding)
+    findings.sort(key=Finding.sort_key)
+    return findings
+
+
+class UnknownCodeError(LookupError):
+    pass
+
+
+def explain(code: str) -> str:
+    """The documentation of the finding `code`, as text."""
+    wanted = code.strip().lower().replace("_", "-")
+    for rule in rules():
+        if wanted == rule.CODE:
+            return f"# {rule.CODE}: {rule.TITLE}\n\n{rule.DOC.strip()}\n"
+    known = ", ".join(codes())
+    raise UnknownCodeError(f"no finding has the code {code!r}; the codes are: {known}")

@@ -1,0 +1,74 @@
+"""device-memory-growth: GPU memory in use grows steadily with every step."""
+
+from __future__ import annotations
+
+from ..findings import Finding
+from ..record import Record
+from ..views.units import size
+from .evidence import first_rewrite, rounded, with_rewrite
+from .growth import is_steady_rise, steady_growth
+
+CODE = "device-memory-growth"
+TITLE = "GPU memory in use grows with every step"
+DOC = """\
+## What it detects
+The memory TensorFlow's allocator has in use on a GPU (`tf.config.experimental.get_memory_info`,
+`current`) rises in proportion to the steps done and is still rising at the end of the run.
+
+## Why it hurts
+It ends in `ResourceExhaustedError: OOM when allocating tensor`, after a long run. Device
+memory held per step is almost always tensors the program keeps alive: outputs or losses
+appended to Python lists, tensors stored on `self` in a model's `call`, or graphs and
+variables from retracing. It is not fragmentation: the allocator's *in-use* figure counts live
+tensors only.
+
+## Evidence we show
+Per GPU: bytes per step, the total growth, R² against steps done, start and end.
+
+## Fix
+Keep Python numbers (`float(loss)`) or NumPy copies (`.numpy()`) rather than tensors; do not
+keep per-step tensors on objects; fix retracing if it is reported.
+
+## Threshold
+At least 64 MiB of growth over the steady part of the run, R² ≥ 0.8 against steps done, still
+rising in the last third: the same rule as `host-memory-growth`. Tested on recorded data
+(this project's CI machine has no GPU).
+"""
+
+MIN_TOTAL = 64 * (1 << 20)
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    worst = None
+    for key, values in record.memory.items():
+        if not (key.startswith("gpu:") and key.endswith(":current")):
+            continue
+        growth = steady_growth(record, values)
+        if is_steady_rise(growth, MIN_TOTAL) and (worst is None or growth.total > worst[1].total):
+            worst = (key[len("gpu:") : -len(":current")], growth)
+    if worst is None:
+        return None
+    device, growth = worst
+    evidence = {
+        "device": device,
+        "bytes_per_step": rounded(growth.per_step),
+        "growth_bytes": rounded(growth.total),
+        "steps": growth.steps,
+        "r2": rounded(growth.r2, 3),
+        "start_bytes": rounded(growth.start_value),
+        "end_bytes": rounded(growth.end_value),
+    }
+    per_step = size(growth.per_step)
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=f"{device} memory in use grew {size(growth.total)} ({per_step} per step)",
+        detail=(
+            f"TensorFlow's allocator on {device} had {size(growth.start_value)} in use and"
+            f" {size(growth.end_value)} at the end, rising with every step (R² {growth.r2:.2f}):"
+            " tensors are being kept alive per step."
+        ),
+        fix="Keep Python floats or NumPy copies instead of tensors in lists and on objects.",
+        evidence=evidence,
+    )
+    return with_rewrite(finding, source, first_rewrite(source, ("detach_appends", {})))

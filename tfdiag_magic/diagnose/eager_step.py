@@ -1,0 +1,84 @@
+"""eager-step: the training step runs eagerly, op by op, with no graph."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import KINDS, Record
+from ..views.units import seconds
+from .evidence import first_rewrite, rounded, steady_rows, training_rows, with_rewrite
+
+CODE = "eager-step"
+TITLE = "The training step runs eagerly"
+DOC = """\
+## What it detects
+Training steps that ran eagerly: a GradientTape step that is not wrapped in `tf.function`,
+`model.compile(..., run_eagerly=True)`, or `tf.config.run_functions_eagerly(True)` left on
+after debugging.
+
+## Why it hurts
+Eagerly, Python dispatches every operation one at a time; TensorFlow cannot fuse operations,
+plan memory, or run independent ops in parallel, and every op pays Python's overhead. For the
+small and medium models of a notebook, a compiled step is commonly several times faster (the
+TensorFlow guide "Better performance with tf.function" measures this). Eager mode is the right
+tool for debugging, and the wrong one for training.
+
+## Evidence we show
+Eager training steps and their median time, the cause (`run_eagerly`, `run_functions_eagerly`
+or an uncompiled update), and the median of the compiled steps of the same run when there are
+any.
+
+## Fix
+Decorate the step function with `@tf.function`; remove `run_eagerly=True` from `compile`;
+remove `tf.config.run_functions_eagerly(True)` (or set it back to `False`).
+
+## Threshold
+At least 10 eager training steps, and eager steps are the majority of the training steps, so
+one debugging call does not trigger it.
+"""
+
+MIN_STEPS = 10
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    rows = training_rows(record)
+    steps = record.steps
+    eager_rows = rows[steps["eager"][rows]]
+    if eager_rows.size < MIN_STEPS or eager_rows.size * 2 <= rows.size:
+        return None
+    eager_steady = steady_rows(record, eager_rows)
+    durations = steps["duration"][eager_steady if eager_steady.size else eager_rows]
+    eager_median = float(np.median(durations))
+    graph_rows = steady_rows(record, rows[~steps["eager"][rows]])
+    graph_median = float(np.median(steps["duration"][graph_rows])) if graph_rows.size else None
+    kinds = {KINDS[k] for k in np.unique(steps["kind"][eager_rows])}
+    if record.facts.get("functions_run_eagerly"):
+        cause = "`tf.config.run_functions_eagerly(True)` is on, so every tf.function runs eagerly."
+    elif "keras" in kinds or "on_batch" in kinds:
+        cause = "The model was compiled with `run_eagerly=True`, so Keras runs its step eagerly."
+    else:
+        cause = (
+            "The optimizer update runs in plain Python: the step function is not wrapped in"
+            " `tf.function`."
+        )
+    evidence = {
+        "eager_steps": int(eager_rows.size),
+        "training_steps": int(rows.size),
+        "median_eager_step_s": rounded(eager_median),
+        "median_compiled_step_s": rounded(graph_median),
+        "cause": cause,
+    }
+    compiled = "not measured in this run"
+    if graph_median:
+        compiled = f"{seconds(graph_median)} for the compiled steps of this run"
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=f"{eager_rows.size} training steps ran eagerly ({seconds(eager_median)} per step)",
+        detail=f"{cause} A compiled step's time: {compiled}.",
+        fix="Compile the step: `@tf.function` on the step function, no `run_eagerly=True`.",
+        evidence=evidence,
+        impact=float(durations.sum()) * 0.5,
+    )
+    return with_rewrite(finding, source, first_rewrite(source, ("compile_eager_step", {})))

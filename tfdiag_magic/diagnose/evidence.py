@@ -1,0 +1,105 @@
+"""Shared measurements for the diagnosis rules: which rows are training steps, steady-state
+step times, loops of the cell, and attaching a rewrite of the cell to a finding."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import KINDS, PHASES, Record
+from ..stats import warmup_mask
+
+TRAIN = PHASES.index("train")
+LOOP_PHASE = PHASES.index("loop")
+KIND_LOOP = KINDS.index("loop")
+KIND_KERAS = KINDS.index("keras")
+
+
+def rows_of_phase(record: Record, phase: str) -> np.ndarray:
+    return np.flatnonzero(record.steps["phase"] == PHASES.index(phase))
+
+
+def training_rows(record: Record) -> np.ndarray:
+    return np.flatnonzero(record.steps["phase"] == TRAIN)
+
+
+def steady_rows(record: Record, rows: np.ndarray) -> np.ndarray:
+    """`rows` without warm-up (first step of a phase, tracing steps)."""
+    warm = warmup_mask(record)
+    return rows[~warm[rows]]
+
+
+def median(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if values.size else None
+
+
+def loop_line(record: Record, loop_id: int) -> int | None:
+    for loop in record.loops:
+        if loop.id == loop_id:
+            return loop.lineno
+    return None
+
+
+def loop_label(record: Record, loop_id: int) -> str:
+    for loop in record.loops:
+        if loop.id == loop_id:
+            text = loop.source.strip().splitlines()[0] if loop.source.strip() else ""
+            return f"line {loop.lineno}: {text[:80]}" if text else f"line {loop.lineno}"
+    return "the cell" if loop_id < 0 else f"loop {loop_id}"
+
+
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(f"{value:.{digits}g}")
+
+
+def rewrite(name: str, source: str | None, **facts: Any) -> str | None:
+    """Run the rewrite `name` of `tfdiag_magic.rewrite` on the cell; None when it does not apply.
+
+    A rewrite that fails is a rewrite not offered: the finding stands on its numbers alone.
+    """
+    if not source:
+        return None
+    try:
+        module = importlib.import_module("tfdiag_magic.rewrite")
+        function = getattr(module, name)
+        result = function(source, **facts)
+    except Exception:
+        return None
+    if not isinstance(result, str) or result.strip() == source.strip():
+        return None
+    return result
+
+
+def with_rewrite(finding: Finding, source: str | None, new_source: str | None) -> Finding:
+    """Attach the rewritten cell and its diff to the finding."""
+    if source and new_source:
+        from ..rewrite_diff import unified_diff
+
+        finding.rewrite = new_source
+        finding.diff = unified_diff(source, new_source)
+    return finding
+
+
+def first_rewrite(source: str | None, *attempts: tuple[str, dict[str, Any]]) -> str | None:
+    for name, facts in attempts:
+        result = rewrite(name, source, **facts)
+        if result is not None:
+            return result
+    return None
+
+
+def spans_inside(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """For each time, whether it falls inside one of the sorted, non-overlapping spans."""
+    if starts.size == 0 or times.size == 0:
+        return np.zeros(times.shape, dtype=bool)
+    slot = np.searchsorted(starts, times, side="right") - 1
+    ok = slot >= 0
+    inside = np.zeros(times.shape, dtype=bool)
+    inside[ok] = times[ok] <= ends[slot[ok]]
+    return inside

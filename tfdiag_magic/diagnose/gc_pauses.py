@@ -1,0 +1,104 @@
+"""gc-pauses: Python garbage-collection pauses take a real share of the run."""
+
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import Record
+from ..stats import gc_stats
+from ..views.units import seconds, share
+from .evidence import rounded
+
+CODE = "gc-pauses"
+TITLE = "Python garbage collection pauses the run"
+DOC = """\
+## What it detects
+Python's cyclic garbage collector stopped the program for a real share of the run: many
+collections of the oldest generation, or `gc.collect()` called by the cell (every N steps, as
+one of the articles advises).
+
+## Why it hurts
+A full collection walks every container object of the process; a TensorFlow process holds
+millions (modules, graphs, Keras layers), so each full collection takes tens to hundreds of
+milliseconds, during which nothing else runs. `gc.collect()` does not free TensorFlow memory
+that is still referenced, and frees nothing reference counting would not; it helps only when
+reference cycles hold large tensors.
+
+## Evidence we show
+Pause time in all, its share of the run, the number of collections per generation, the
+longest pause, and whether the cell calls `gc.collect()` itself.
+
+## Fix
+Remove periodic `gc.collect()` calls; after set-up (data loaded, model built) call
+`gc.freeze()` so the collector stops re-scanning the objects that live for the whole run; break
+reference cycles that hold tensors instead of collecting them.
+
+## Threshold
+Pauses at least 5% of the run's wall time and at least 0.25 s in all.
+"""
+
+MIN_SHARE = 0.05
+MIN_SECONDS = 0.25
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    stats = gc_stats(record)
+    total = float(stats["pause_time"])
+    if total < MIN_SECONDS or total < MIN_SHARE * record.wall_time:
+        return None
+    generations = record.gc.get("generation", np.zeros(0))
+    per_generation = {
+        str(g): int((generations == g).sum()) for g in np.unique(generations).tolist()
+    }
+    explicit = _calls_gc_collect(source)
+    evidence = {
+        "pause_s": rounded(total),
+        "share_of_run": rounded(float(stats["share"]), 3),
+        "collections": int(stats["collections"]),
+        "collections_per_generation": per_generation,
+        "longest_pause_s": rounded(float(stats["longest"])),
+        "cell_calls_gc_collect": explicit,
+    }
+    cause = (
+        " The cell calls `gc.collect()` itself: each call is a full collection." if explicit else ""
+    )
+    return Finding(
+        code=CODE,
+        severity="warning",
+        title=(
+            f"Garbage collection paused the run for {seconds(total)}"
+            f" ({share(total, record.wall_time)}, {stats['collections']} collections)"
+        ),
+        detail=(
+            f"{stats['collections']} collections took {seconds(total)} in all, the longest"
+            f" {seconds(float(stats['longest']))}.{cause}"
+        ),
+        fix="Remove periodic `gc.collect()` calls; call `gc.freeze()` once set-up is done.",
+        evidence=evidence,
+        impact=total,
+    )
+
+
+def _calls_gc_collect(source: str | None) -> bool:
+    if not source:
+        return False
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "gc.collect(" in source
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "collect"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "gc"
+            ):
+                return True
+            if isinstance(func, ast.Name) and func.id == "collect":
+                return True
+    return False

@@ -1,0 +1,82 @@
+"""host-memory-growth: the process's memory grows steadily with every step."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..findings import Finding
+from ..record import Record
+from ..views.units import size
+from .evidence import first_rewrite, loop_label, rounded, with_rewrite
+from .growth import is_steady_rise, steady_growth
+
+CODE = "host-memory-growth"
+TITLE = "Process memory grows with every step"
+DOC = """\
+## What it detects
+The process's resident memory (RSS) rises in proportion to the number of steps done, and is
+still rising at the end of the run: something is kept per step and never released.
+
+## Why it hurts
+A run that keeps memory per step ends in swapping or in the kernel being killed ("The kernel
+appears to have died"), usually hours in. What is kept is usually one of: tensors appended to a
+Python list (`losses.append(loss)` keeps every loss tensor and what it references), graphs from
+retracing, models built per step, NumPy arrays accumulated for logging, or a `tf.data` cache
+filling (which stops growing after one epoch, so it is not reported).
+
+## Evidence we show
+Bytes per step (a least-squares fit of memory against steps done, after the first tenth of
+the run), the total growth, how well steps explain it (R²), and the loop the steps ran in.
+
+## Fix
+Keep Python numbers, not tensors: `losses.append(float(loss))`; write logs to disk; clear
+lists; fix the retracing or model-building findings if they are reported too.
+
+## Threshold
+At least 64 MiB of growth over the steady part of the run, R² ≥ 0.8 against steps done, and
+the last third of the run still growing at half the overall rate or more. A TensorFlow
+process on this machine moves by a few MiB between samples while healthy (allocator caches),
+so 64 MiB is well clear of that.
+"""
+
+MIN_TOTAL = 64 * (1 << 20)
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    rss = record.memory.get("rss")
+    if rss is None:
+        return None
+    growth = steady_growth(record, rss)
+    if not is_steady_rise(growth, MIN_TOTAL):
+        return None
+    assert growth is not None
+    loops = record.steps["loop"][record.steps["loop"] >= 0]
+    where = (
+        loop_label(record, Counter(loops.tolist()).most_common(1)[0][0])
+        if loops.size
+        else ("the cell")
+    )
+    evidence = {
+        "bytes_per_step": rounded(growth.per_step),
+        "growth_bytes": rounded(growth.total),
+        "steps": growth.steps,
+        "r2": rounded(growth.r2, 3),
+        "start_bytes": rounded(growth.start_value),
+        "end_bytes": rounded(growth.end_value),
+        "where": where,
+    }
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=f"Process memory grew {size(growth.total)} ({size(growth.per_step)} per step)",
+        detail=(
+            f"Memory rose from {size(growth.start_value)} to {size(growth.end_value)} over"
+            f" {growth.steps} steps in {where}, in step with the steps (R² {growth.r2:.2f}),"
+            " and was still rising at the end: something is kept on every step."
+        ),
+        fix="Keep Python numbers rather than tensors in lists (`float(loss)`), and do not"
+        " create tf.functions, models or layers per step.",
+        evidence=evidence,
+        impact=0.0,
+    )
+    return with_rewrite(finding, source, first_rewrite(source, ("detach_appends", {})))

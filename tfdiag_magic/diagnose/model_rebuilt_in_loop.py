@@ -1,0 +1,101 @@
+"""model-rebuilt-in-loop: Keras models built again and again without clearing Keras' state."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import ModelBuilt, Record
+from ..views.units import size
+from .evidence import first_rewrite, loop_label, loop_line, rounded, with_rewrite
+
+CODE = "model-rebuilt-in-loop"
+TITLE = "Models built in a loop without clear_session()"
+DOC = """\
+## What it detects
+A loop of the cell that builds a new Keras model on many of its iterations (a search over
+hyper-parameters, a model per fold, or a model rebuilt by mistake every step) while Keras'
+global state is never cleared: model names keep counting up (`dense_57`, `sequential_12`).
+
+## Why it hurts
+Keras keeps global state for every model built in the process: the name registry, and in the
+TensorFlow backend the graph-level objects of every layer and compiled function. Without
+`keras.backend.clear_session()` they are never released, so memory grows with each model and
+each later build gets slower (Keras' documentation of `clear_session` says exactly this). A model
+rebuilt every training step is worse: its weights start from scratch each time and every step
+traces new functions.
+
+## Evidence we show
+Models built in the loop, the first and last names (the counter that never resets), and the
+process memory per model, from the memory measured after each build.
+
+## Fix
+Call `keras.backend.clear_session()` at the start of each iteration that builds a model (after
+saving what you need from the previous one), or build the model once outside the loop when
+the loop only trains it.
+
+## Threshold
+Five models built in one loop with names that never repeat (`clear_session` resets the
+counter, so repeating names mean it is being called). It is a warning when memory grew by at
+least 1 MiB per model or 20 or more models were built; an info note otherwise.
+"""
+
+MIN_MODELS = 5
+MIN_BYTES_PER_MODEL = 1 << 20
+MANY_MODELS = 20
+_COUNTER = re.compile(r"^(.*?)(?:_(\d+))?$")
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    by_loop: dict[int, list[ModelBuilt]] = defaultdict(list)
+    for model in record.models:
+        if model.loop >= 0:
+            by_loop[model.loop].append(model)
+    if not by_loop:
+        return None
+    loop, models = max(by_loop.items(), key=lambda item: len(item[1]))
+    if len(models) < MIN_MODELS:
+        return None
+    names = [m.name for m in models]
+    if len(set(names)) < len(names):
+        return None  # the name counter was reset: clear_session is being called
+    rss = np.array([m.rss for m in models if m.rss >= 0], dtype=np.float64)
+    per_model = None
+    if rss.size >= 3:
+        per_model = float(np.polyfit(np.arange(rss.size), rss, 1)[0])
+    growing = per_model is not None and per_model >= MIN_BYTES_PER_MODEL
+    severity = "warning" if growing or len(models) >= MANY_MODELS else "info"
+    evidence = {
+        "models_built": len(models),
+        "loop": loop_label(record, loop),
+        "first_name": names[0],
+        "last_name": names[-1],
+        "memory_per_model_bytes": rounded(per_model),
+        "memory_growth_bytes": rounded(float(rss[-1] - rss[0])) if rss.size >= 2 else None,
+    }
+    memory = (
+        f"; process memory grew {size(per_model)} per model"
+        if per_model is not None and per_model > 0
+        else ""
+    )
+    finding = Finding(
+        code=CODE,
+        severity=severity,
+        title=f"{len(models)} Keras models built in a loop without clear_session(){memory}",
+        detail=(
+            f"{len(models)} models were built in {evidence['loop']}, named {names[0]} … "
+            f"{names[-1]}: Keras' global state was never cleared, so each model stays"
+            f" registered{memory}."
+        ),
+        fix="Call `keras.backend.clear_session()` at the start of each iteration that builds a"
+        " model, or build the model once, outside the loop.",
+        evidence=evidence,
+        impact=0.0,
+    )
+    lineno = loop_line(record, loop)
+    return with_rewrite(
+        finding, source, first_rewrite(source, ("clear_session_in_loop", {"loop_lineno": lineno}))
+    )

@@ -1,0 +1,111 @@
+"""per-step-host-conversion: NumPy arrays converted to tensors on every step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import KINDS, Record
+from ..views.units import seconds, share, size
+from .evidence import first_rewrite, loop_label, loop_line, rounded, training_rows, with_rewrite
+
+CODE = "per-step-host-conversion"
+TITLE = "NumPy batches converted to tensors on every step"
+DOC = """\
+## What it detects
+Training steps fed with NumPy arrays from a Python loop: `model.train_on_batch(x[i:i+b], ...)`,
+a tf.function called with NumPy slices, or `tf.convert_to_tensor` / `tf.constant` on each batch
+before the step. Every step then copies its batch from NumPy into a new tensor, synchronously,
+between steps.
+
+## Why it hurts
+The copy, the slicing and the Python bookkeeping run on the critical path: nothing overlaps
+them with the previous step. On a GPU each conversion is also a host-to-device transfer that
+the step must wait for. `tf.data` does the same work on background threads and prefetches the
+next batch (to the device, with `prefetch_to_device`), and `fit` on a dataset runs its steps in
+a compiled loop without returning to Python between batches.
+
+## Evidence we show
+Steps fed from NumPy and their share of the training steps, bytes converted per step, the cost
+of converting one such batch measured right after the run, and the time per iteration the
+loop spent outside its steps (slicing, converting, bookkeeping) with its share of the loop.
+
+## Fix
+Build the batches with
+`tf.data.Dataset.from_tensor_slices((x, y)).batch(b).prefetch(tf.data.AUTOTUNE)`
+once, and iterate it (or pass it to `fit`).
+
+## Threshold
+At least 20 training steps, 80% of them given NumPy arrays. It is a warning when the loop's
+time outside its steps is at least 10% of the loop, or TensorFlow has a GPU (every conversion
+is then a transfer); an info note otherwise.
+"""
+
+MIN_STEPS = 20
+MIN_SHARE = 0.8
+MIN_OUTSIDE_SHARE = 0.1
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    steps = record.steps
+    rows = training_rows(record)
+    fed = rows[steps["host_bytes"][rows] > 0]
+    if fed.size < MIN_STEPS or fed.size < MIN_SHARE * rows.size:
+        return None
+    per_step = float(np.median(steps["host_bytes"][fed]))
+    loop_ids = steps["loop"][fed]
+    loop = int(np.bincount(loop_ids[loop_ids >= 0]).argmax()) if (loop_ids >= 0).any() else -1
+    outside, loop_time = _outside_steps(record, loop)
+    conversion = record.facts.get("host_conversion_s")
+    gpu = bool(record.facts.get("gpus"))
+    outside_share = outside / loop_time if loop_time > 0 else 0.0
+    severity = "warning" if gpu or outside_share >= MIN_OUTSIDE_SHARE else "info"
+    step_median = float(np.median(steps["duration"][fed]))
+    evidence = {
+        "steps_fed_from_numpy": int(fed.size),
+        "training_steps": int(rows.size),
+        "bytes_per_step": rounded(per_step),
+        "conversion_s_per_step": rounded(conversion),
+        "median_step_s": rounded(step_median),
+        "loop": loop_label(record, loop),
+        "outside_steps_s": rounded(outside),
+        "outside_steps_share_of_loop": rounded(outside_share, 3),
+        "gpu": gpu,
+    }
+    cost = f"; converting one costs {seconds(conversion)} here" if conversion else ""
+    finding = Finding(
+        code=CODE,
+        severity=severity,
+        title=(f"{fed.size} steps were fed NumPy batches ({size(per_step)} converted per step)"),
+        detail=(
+            f"{fed.size} of {rows.size} training steps took NumPy arrays from {evidence['loop']}"
+            f"{cost}."
+            + (
+                f" The loop spent {share(outside, loop_time)} of its time outside the steps"
+                " (slicing, converting, Python bookkeeping), with nothing overlapping it."
+                if loop_time > 0
+                else ""
+            )
+        ),
+        fix="Build the batches once with tf.data (`from_tensor_slices(...).batch(b).prefetch()`)"
+        " and iterate the dataset, or pass it to `fit`.",
+        evidence=evidence,
+        impact=outside,
+    )
+    lineno = loop_line(record, loop)
+    return with_rewrite(
+        finding,
+        source,
+        first_rewrite(source, ("numpy_batches_to_dataset", {"loop_lineno": lineno})),
+    )
+
+
+def _outside_steps(record: Record, loop: int) -> tuple[float, float]:
+    """Seconds the loop's iterations spent outside steps, and the loop's total time."""
+    for info in record.loops:
+        if info.id == loop:
+            steps = record.steps
+            inside = (steps["loop"] == loop) & (steps["kind"] != KINDS.index("loop"))
+            step_time = float(steps["duration"][inside].sum())
+            return max(info.seconds - step_time, 0.0), info.seconds + info.wait
+    return 0.0, 0.0

@@ -1,0 +1,164 @@
+"""progressive-slowdown: step time rises over the run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import KINDS, PHASES, Record
+from ..views.units import seconds
+from .evidence import rounded
+
+CODE = "progressive-slowdown"
+TITLE = "Steps get slower as the run goes on"
+DOC = """\
+## What it detects
+The time of a step rises steadily over the run: the late steps are much slower than the early
+ones, and the rise is a trend, not a few outliers.
+
+## Why it hurts
+A run that slows as it goes costs more with every epoch, and the cause usually grows too.
+The causes we see in practice are things that accumulate per step: a tf.function retracing
+(new graphs kept), models, layers or ops created inside the loop, tensors appended to Python
+lists (each one holds device memory), tensors that grow and are copied every step, and Keras
+calls made inside a loop. Memory fragmentation, often blamed, can cause an out-of-memory
+error but rarely a gradual slowdown: TensorFlow's allocator works inside memory it reserved.
+
+## Evidence we show
+The median step time of the first and the last tenth of the steady steps, their ratio, the
+slope per 1000 steps, the step where the rise began, and what grew alongside it in the same run
+(tracings, models built, process memory).
+
+## Fix
+Follow the cause the evidence names; the related findings carry the rewrites. Without one:
+keep the loop free of object creation (no `tf.function`, model, layer or `tf.Variable` made
+per step), keep Python floats rather than tensors in lists (`float(loss)`), and avoid tensors
+that grow each step.
+
+## Threshold
+At least 50 steady steps of one phase; the median of the last tenth at least 1.5 times the
+median of the first tenth and at least 0.5 ms slower; and the medians of ten consecutive
+windows rising (Spearman rank correlation ≥ 0.8), so that noise from a busy machine, which we
+measured as swings of up to ±30% between windows on this 2-CPU machine, does not trigger it.
+"""
+
+MIN_STEPS = 50
+MIN_RATIO = 1.5
+MIN_DELTA = 0.0005
+MIN_RANK_CORRELATION = 0.8
+WINDOWS = 10
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    best = None
+    for rows, label in _series(record):
+        found = _trend(record, rows)
+        if found is not None and (best is None or found["ratio"] > best[0]["ratio"]):
+            best = (found, label)
+    if best is None:
+        return None
+    found, label = best
+    causes = _growing_alongside(record, found["start_time"])
+    evidence = {
+        "steps": label,
+        "early_median_s": rounded(found["early"]),
+        "late_median_s": rounded(found["late"]),
+        "ratio": rounded(found["ratio"], 3),
+        "slope_s_per_1000_steps": rounded(found["slope"] * 1000),
+        "began_at_step": found["began"],
+        "rank_correlation": rounded(found["rho"], 3),
+        "alongside": causes,
+    }
+    because = (" Growing alongside: " + "; ".join(causes) + ".") if causes else ""
+    return Finding(
+        code=CODE,
+        severity="warning",
+        title=(
+            f"{label.capitalize()} slowed from {seconds(found['early'])} to"
+            f" {seconds(found['late'])} ({found['ratio']:.1f}×)"
+        ),
+        detail=(
+            f"The median {label[:-1]} took {seconds(found['early'])} early in the run and"
+            f" {seconds(found['late'])} at its end; the rise began around step"
+            f" {found['began']}.{because}"
+        ),
+        fix="Remove what accumulates per step (see the related findings): retracing, objects"
+        " created in the loop, tensors kept in Python lists.",
+        evidence=evidence,
+        impact=found["excess"],
+    )
+
+
+def _series(record: Record):
+    steps = record.steps
+    for phase in ("train", "predict", "eval", "function"):
+        rows = np.flatnonzero(steps["phase"] == PHASES.index(phase))
+        if rows.size >= MIN_STEPS:
+            yield rows, f"{phase} steps" if phase != "train" else "training steps"
+    if not (steps["phase"] == PHASES.index("train")).any():
+        is_loop = steps["kind"] == KINDS.index("loop")
+        for loop_id in np.unique(steps["loop"][is_loop]):
+            rows = np.flatnonzero(is_loop & (steps["loop"] == loop_id))
+            if rows.size >= MIN_STEPS:
+                yield rows, "loop iterations"
+
+
+def _trend(record: Record, rows: np.ndarray) -> dict | None:
+    steps = record.steps
+    steady = rows[~steps["traced"][rows]][1:]
+    if steady.size < MIN_STEPS:
+        return None
+    durations = steps["duration"][steady].astype(np.float64)
+    chunks = np.array_split(durations, WINDOWS)
+    medians = np.array([np.median(c) for c in chunks])
+    early, late = medians[0], medians[-1]
+    if early <= 0 or late < MIN_RATIO * early or late - early < MIN_DELTA:
+        return None
+    rho = _spearman(np.arange(WINDOWS), medians)
+    if rho < MIN_RANK_CORRELATION:
+        return None
+    slope = float(np.polyfit(np.arange(durations.size), durations, 1)[0])
+    threshold = early + 0.25 * (late - early)
+    above = np.flatnonzero(medians >= threshold)
+    began_chunk = int(above[0]) if above.size else 0
+    began_index = sum(c.size for c in chunks[:began_chunk])
+    began_row = int(steady[min(began_index, steady.size - 1)])
+    excess = float(np.clip(durations - early, 0, None).sum())
+    return {
+        "early": float(early),
+        "late": float(late),
+        "ratio": float(late / early),
+        "slope": slope,
+        "rho": float(rho),
+        "began": int(np.searchsorted(rows, began_row)),
+        "start_time": float(steps["start"][began_row]),
+        "excess": excess,
+    }
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    rx = np.argsort(np.argsort(x)).astype(float)
+    ry = np.argsort(np.argsort(y)).astype(float)
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _growing_alongside(record: Record, since: float) -> list[str]:
+    notes: list[str] = []
+    traces = [t for t in record.traces if not t.nested and t.time >= since]
+    if len(traces) >= 3:
+        notes.append(f"{len(traces)} tf.function tracings after the rise began")
+    models = [m for m in record.models if m.time >= since]
+    if len(models) >= 3:
+        notes.append(f"{len(models)} Keras models built")
+    calls = [c for c in record.keras_calls if c.start >= since and c.loop >= 0]
+    if len(calls) >= 3:
+        notes.append(f"{len(calls)} Keras API calls from a loop")
+    rss = record.memory.get("rss")
+    times = record.memory.get("time")
+    if rss is not None and rss.size >= 4 and rss[0] >= 0:
+        growth = float(rss[-1] - rss[np.searchsorted(times, since)])
+        if growth > 50 * (1 << 20):
+            notes.append(f"process memory +{growth / (1 << 20):.0f} MiB")
+    return notes

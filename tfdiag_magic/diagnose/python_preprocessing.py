@@ -1,0 +1,96 @@
+"""python-preprocessing: element-by-element Python loops over data dominate the cell."""
+
+from __future__ import annotations
+
+from ..findings import Finding
+from ..record import LoopInfo, Record
+from ..views.units import seconds, share
+from .evidence import first_rewrite, loop_label, rounded, with_rewrite
+
+CODE = "python-preprocessing"
+TITLE = "Python loops over data items dominate the cell"
+DOC = """\
+## What it detects
+A loop of the cell that runs thousands of iterations with no training, evaluation or
+tf.function step inside, and takes a large share of the cell's time: Python handling data one
+element (or one sample) at a time — normalising pixels, building features, decoding records.
+
+## Why it hurts
+Each Python iteration costs tens to hundreds of nanoseconds of interpreter work before any
+arithmetic; NumPy or TensorFlow do the same arithmetic on a whole array in compiled code, one
+call for all elements — typically 10–100× faster on the CPU (NumPy's vectorisation, not the
+GPU: NumPy runs on the CPU). Per-sample Python work inside the training loop also leaves the
+model waiting for data.
+
+## Evidence we show
+The loop's line, its iterations, the time in it and its share of the cell, and the time per
+iteration.
+
+## Fix
+Vectorise: operate on whole arrays (`x = x.astype("float32") / 255.0`, `np.where`,
+broadcasting) instead of per-element loops; per-sample work that cannot be vectorised belongs
+in a `tf.data` pipeline (`map(..., num_parallel_calls=tf.data.AUTOTUNE)`), which runs it in
+parallel and overlaps it with training.
+
+## Threshold
+At least 1,000 iterations, at least 0.5 s, and at least 25% of the cell's wall time, with no
+step inside the loop.
+"""
+
+MIN_ITERATIONS = 1000
+MIN_SECONDS = 0.5
+MIN_SHARE = 0.25
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    candidates = [
+        loop
+        for loop in record.loops
+        if not loop.has_steps
+        and loop.iterations >= MIN_ITERATIONS
+        and loop.seconds + loop.wait >= MIN_SECONDS
+        and loop.seconds + loop.wait >= MIN_SHARE * record.wall_time
+    ]
+    if not candidates:
+        return None
+    # The outermost such loop holds the others' time: report the one with the most time, and
+    # prefer the earliest line among loops with the same time (an outer loop over samples).
+    loop = max(candidates, key=lambda item: (item.seconds + item.wait, -item.lineno))
+    total = loop.seconds + loop.wait
+    inner = _inner_iterations(record, loop, candidates)
+    evidence = {
+        "loop": loop_label(record, loop.id),
+        "iterations": loop.iterations,
+        "inner_iterations": inner,
+        "seconds": rounded(total),
+        "share_of_cell": rounded(total / record.wall_time, 3) if record.wall_time else None,
+        "per_iteration_s": rounded(total / loop.iterations),
+    }
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=(
+            f"A Python loop over data took {seconds(total)}, {share(total, record.wall_time)}"
+            f" of the cell ({loop.iterations:,} iterations)"
+        ),
+        detail=(
+            f"The loop at {evidence['loop']} ran {loop.iterations:,} iterations at"
+            f" {seconds(total / loop.iterations)} each, with no training step inside it."
+        ),
+        fix="Operate on whole arrays with NumPy or TensorFlow ops instead of element by element;"
+        " put per-sample work that cannot be vectorised in a tf.data `map` with"
+        " `num_parallel_calls`.",
+        evidence=evidence,
+        impact=total,
+    )
+    return with_rewrite(
+        finding,
+        source,
+        first_rewrite(source, ("vectorise_element_loop", {"loop_lineno": loop.lineno})),
+    )
+
+
+def _inner_iterations(record: Record, outer: LoopInfo, loops: list[LoopInfo]) -> int:
+    del record
+    inner = [item for item in loops if item.lineno > outer.lineno and item.seconds <= outer.seconds]
+    return max((item.iterations for item in inner), default=0)

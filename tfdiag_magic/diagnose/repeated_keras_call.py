@@ -1,0 +1,132 @@
+"""repeated-keras-call: fit / evaluate / predict / compile called over and over in a loop."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..findings import Finding
+from ..record import KerasCall, Record
+from ..views.units import seconds, share
+from .evidence import first_rewrite, loop_label, loop_line, rounded, with_rewrite
+
+CODE = "repeated-keras-call"
+TITLE = "Keras fit/predict/evaluate/compile called in a Python loop"
+DOC = """\
+## What it detects
+`model.fit`, `model.predict`, `model.evaluate` or `model.compile` called many times from a
+Python loop of the cell, where most of each call's time is spent outside the work it does.
+
+## Why it hurts
+Each of these calls sets up a run: it wraps the data in a new iterator (a new tf.data
+pipeline), builds the callback list and progress bar, and on the first call after `compile`
+builds and traces the train/test/predict function. `compile` drops the compiled function, so
+the next `fit` traces again. Called once per sample or per epoch, this set-up dominates:
+`predict` on one sample costs milliseconds of set-up for microseconds of work, and the
+difference grows with the number of calls.
+
+## Evidence we show
+The API, the number of calls from one loop, the median time of a call, and the time spent in
+the batches inside the calls (the work), so the set-up share is measured, not guessed.
+
+## Fix
+- `predict` on one batch in a loop: `model.predict_on_batch(x)` (returns NumPy too) or
+  `model(x, training=False)`; better, predict all inputs in one call.
+- `fit(..., epochs=1)` in a loop: one `fit(..., epochs=N)`, with a callback for per-epoch work.
+- `compile` in a loop: compile once, before the loop.
+
+## Threshold
+Five or more calls of one API from the same loop, with set-up (call time minus batch time)
+taking at least 30% of their total and at least 0.2 s in all; `compile` counts from three
+calls, since each one also forces the next `fit` to trace again.
+"""
+
+MIN_CALLS = 5
+MIN_COMPILES = 3
+MIN_OVERHEAD_SHARE = 0.3
+MIN_OVERHEAD_SECONDS = 0.2
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    # Calls on one model from one loop: a new model per iteration (a search over models)
+    # needs its own compile and fit, and is `model-rebuilt-in-loop`'s business.
+    groups: dict[tuple[str, int, str], list[KerasCall]] = defaultdict(list)
+    for call in record.keras_calls:
+        if call.loop >= 0:
+            groups[(call.api, call.loop, call.model)].append(call)
+    best: tuple[float, str, int, list[KerasCall]] | None = None
+    for (api, loop, _model), calls in groups.items():
+        total = sum(c.duration for c in calls)
+        work = sum(c.step_time for c in calls)
+        overhead = total - work
+        if api == "compile":
+            overhead = total + _retracing_after(record, calls)
+        needed = MIN_COMPILES if api == "compile" else MIN_CALLS
+        if len(calls) < needed or overhead < MIN_OVERHEAD_SECONDS:
+            continue
+        if api != "compile" and overhead < MIN_OVERHEAD_SHARE * total:
+            continue
+        if best is None or overhead > best[0]:
+            best = (overhead, api, loop, calls)
+    if best is None:
+        return None
+    overhead, api, loop, calls = best
+    total = sum(c.duration for c in calls)
+    work = sum(c.step_time for c in calls)
+    if api == "compile":
+        total = overhead + work
+    per_call = total / len(calls)
+    evidence = {
+        "api": api,
+        "calls": len(calls),
+        "loop": loop_label(record, loop),
+        "median_call_s": rounded(sorted(c.duration for c in calls)[len(calls) // 2]),
+        "work_in_batches_s": rounded(work),
+        "setup_s": rounded(overhead),
+        "setup_share": rounded(overhead / total if total else 0.0, 3),
+        "batches_per_call": rounded(sum(c.steps for c in calls) / len(calls), 3),
+    }
+    lineno = loop_line(record, loop)
+    attempts = {
+        "predict": [("predict_in_loop", {"loop_lineno": lineno})],
+        "compile": [("compile_once", {})],
+        "fit": [("fit_once", {})],
+        "evaluate": [],
+    }[api]
+    fix = {
+        "predict": "Use `model.predict_on_batch(x)` or `model(x, training=False)` in the loop,"
+        " or predict all inputs in one call.",
+        "compile": "Compile once, before the loop.",
+        "fit": "Call `fit` once with `epochs=N`; do per-epoch work in a callback.",
+        "evaluate": "Evaluate once on all the data, or use `model(x, training=False)` and a"
+        " metric object in the loop.",
+    }[api]
+    detail = (
+        f"`model.{api}` was called {len(calls)} times from {evidence['loop']};"
+        f" each call took {seconds(per_call)}, of which {share(overhead, total)} was set-up"
+        f" outside its batches ({seconds(work / len(calls))} of batches per call)."
+    )
+    if api == "compile":
+        detail += " Each compile also discards the compiled train function, so the next fit"
+        detail += " traces it again."
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=f"`{api}` called {len(calls)} times in a loop: {share(overhead, total)} set-up",
+        detail=detail,
+        fix=fix,
+        evidence=evidence,
+        impact=overhead,
+    )
+    return with_rewrite(finding, source, first_rewrite(source, *attempts))
+
+
+def _retracing_after(record: Record, compiles: list[KerasCall]) -> float:
+    """Seconds of traced Keras steps that follow these compiles (the train function rebuilt)."""
+    import numpy as np
+
+    from ..record import KINDS
+
+    steps = record.steps
+    first = min(c.start for c in compiles)
+    rows = (steps["kind"] == KINDS.index("keras")) & steps["traced"] & (steps["start"] > first)
+    return float(np.sum(steps["duration"][rows]))

@@ -1,0 +1,152 @@
+"""retracing: a tf.function keeps tracing after its warm-up."""
+
+from __future__ import annotations
+
+from ..findings import Finding
+from ..record import KINDS, Record
+from ..views.units import seconds
+from .evidence import first_rewrite, rounded, with_rewrite
+from .signatures import changing_arguments, is_python_value, is_shape_change
+
+CODE = "retracing"
+TITLE = "A tf.function keeps tracing"
+DOC = """\
+## What it detects
+A `tf.function` of the cell traced (built a new graph) again and again during the run, not
+only on its first calls. TensorFlow traces once per new *input signature*: every new value of
+a Python argument (`step=i`, `training=flag` from a Python int), every new tensor shape (a last
+partial batch, variable-length inputs), and every *new function object* (a `tf.function` or a
+bound method created anew inside a loop: each object has its own cache, so it traces on its
+first call).
+
+## Why it hurts
+A tracing runs the Python function symbolically and builds and optimises a graph: tens of
+milliseconds to seconds, against a steady step of microseconds to milliseconds. Each new graph
+is also kept, so memory grows with the number of tracings. This is the usual cause of training
+that "gets slower and uses more memory as it runs", which articles blame on memory
+fragmentation or on the optimizer state; neither grows in a well-formed loop.
+
+## Evidence we show
+The function, its tracings and calls during the run, how many function objects were made, the
+time spent tracing against the median time of a call that did not trace, and the argument whose
+type changed between tracings (read from the recorded signatures).
+
+## Fix
+- A Python number that changes every call: pass a tensor (`tf.constant(step)`), so the value
+  lives in the graph's input instead of its structure.
+- Shapes that change: `@tf.function(reduce_retracing=True)`, or an `input_signature` with
+  `None` in the changing dimension, or batches of one shape (`drop_remainder=True`).
+- A function created in a loop: create it once, before the loop.
+
+## Threshold
+Five tracings of one Python function in a run, TensorFlow's own retracing-warning threshold
+(`FREQUENT_TRACING_WARNING_THRESHOLD = 5` in
+`tensorflow/python/eager/polymorphic_function/polymorphic_function.py`), and more than one
+tracing after the first call. Keras' own train/test/predict functions are left to
+`repeated-keras-call`, where their retracing comes from.
+"""
+
+MIN_TRACES = 5
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    candidates = [f for f in record.functions if not f.keras_internal and f.traces >= MIN_TRACES]
+    if not candidates:
+        return None
+    worst = max(candidates, key=lambda f: f.traces)
+    events = [t for t in record.traces if not t.nested and _same_function(t.function, worst.name)]
+    trace_time = sum(t.duration for t in events)
+    changing = changing_arguments([t.signature for t in events])
+    steps = record.steps
+    calls = steps["kind"] == KINDS.index("tf_function")
+    if not calls.any():
+        calls = steps["kind"] != KINDS.index("loop")
+    untraced = steps["duration"][calls & ~steps["traced"]]
+    traced = steps["duration"][calls & steps["traced"]]
+    evidence = {
+        "function": worst.name,
+        "traces": worst.traces,
+        "calls": worst.calls,
+        "function_objects": worst.objects,
+        "tracing_time_s": rounded(trace_time),
+        "median_traced_call_s": rounded(float(_median(traced))) if traced.size else None,
+        "median_untraced_call_s": rounded(float(_median(untraced))) if untraced.size else None,
+        "changing_arguments": {k: v[:5] for k, v in changing.items()},
+    }
+    cause, attempts = _cause(worst, changing)
+    title = (
+        f"`{worst.name}` traced {worst.traces} times in {worst.calls} calls"
+        f" ({seconds(trace_time)} tracing)"
+    )
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=title,
+        detail=cause,
+        fix=_fix_words(worst, changing),
+        evidence=evidence,
+        impact=trace_time,
+    )
+    return with_rewrite(finding, source, first_rewrite(source, *attempts))
+
+
+def _same_function(traced_name: str, qualname: str) -> bool:
+    short = qualname.rsplit(".", 1)[-1]
+    return traced_name in (qualname, short) or traced_name.endswith("." + short)
+
+
+def _median(values):
+    import numpy as np
+
+    return np.median(values)
+
+
+def _cause(function, changing: dict[str, list[str]]) -> tuple[str, list]:
+    name = function.name.rsplit(".", 1)[-1]
+    if function.objects >= max(2, function.traces // 2):
+        return (
+            f"{function.objects} separate tf.function objects were made for `{function.name}`:"
+            " each new object traces on its first call, so creating the function inside a loop"
+            " (or wrapping a bound method anew) traces every time.",
+            [("hoist_function", {})],
+        )
+    python_args = [k for k, v in changing.items() if any(is_python_value(x) for x in v)]
+    if python_args:
+        shown = ", ".join(f"`{a}`" for a in python_args)
+        values = ", ".join(changing[python_args[0]][:3])
+        return (
+            f"The Python argument {shown} takes a new value on each call ({values}, ...):"
+            " a Python value is part of the graph's signature, so each new value traces a new"
+            " graph.",
+            [
+                ("scalars_to_tensors", {"function": name, "arguments": python_args}),
+                ("reduce_retracing", {"function": name}),
+            ],
+        )
+    shape_args = [k for k, v in changing.items() if is_shape_change(v)]
+    if shape_args:
+        shown = ", ".join(f"`{a}`" for a in shape_args)
+        return (
+            f"The tensor argument {shown} arrives with new shapes"
+            f" ({'; '.join(changing[shape_args[0]][:2])}): each new shape traces a new graph.",
+            [("reduce_retracing", {"function": name})],
+        )
+    return (
+        f"`{function.name}` was traced {function.traces} times; the recorded signatures do not"
+        " show which input changed (a closure, a global or a default argument may).",
+        [("reduce_retracing", {"function": name}), ("hoist_function", {})],
+    )
+
+
+def _fix_words(function, changing: dict[str, list[str]]) -> str:
+    if function.objects >= max(2, function.traces // 2):
+        return "Create the tf.function once, outside the loop, and call that one object."
+    if any(any(is_python_value(x) for x in v) for v in changing.values()):
+        return (
+            "Pass changing numbers as tensors (`tf.constant(i)`), or keep them out of the"
+            " function's arguments."
+        )
+    return (
+        "Give the function inputs of one shape, or trace it for a general shape:"
+        " `@tf.function(reduce_retracing=True)` or an `input_signature` with `None` dimensions."
+    )

@@ -1,0 +1,76 @@
+"""slow-callback: a Keras callback takes a large share of each step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import KINDS, Record
+from ..views.units import seconds, share
+from .evidence import rounded
+
+CODE = "slow-callback"
+TITLE = "A Keras callback slows every batch"
+DOC = """\
+## What it detects
+Keras callbacks whose per-batch hooks (`on_train_batch_end` and friends) take a large share of
+the time of the batches they run around: logging to a file or the network on every batch,
+computing metrics in NumPy, reading the loss (which waits for the device), saving, plotting.
+
+## Why it hurts
+Batch hooks run on the training thread between steps: the next step cannot start until they
+return, and reading tensors in them forces the host to wait for the device every batch.
+
+## Evidence we show
+Time in callbacks against time in the steps, per callback class (each one's batch hooks are
+timed on their own), and the share of the run.
+
+## Fix
+Do the work per epoch (`on_epoch_end`) or every N batches; keep values as tensors until they
+are needed; for the progress bar, `verbose=2` prints once per epoch.
+
+## Threshold
+Callback time at least 20% of step time and at least 0.2 s in all: the same 20% share that
+TensorBoard's profiler uses for input waits, applied to time spent outside the step on the
+training thread.
+"""
+
+MIN_SHARE = 0.2
+MIN_SECONDS = 0.2
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    del source
+    steps = record.steps
+    keras = steps["kind"] == KINDS.index("keras")
+    if not keras.any():
+        return None
+    callbacks = float(steps["callback_time"][keras].sum())
+    work = float(steps["duration"][keras].sum())
+    if callbacks < MIN_SECONDS or callbacks < MIN_SHARE * work:
+        return None
+    per_class = sorted(record.callback_seconds.items(), key=lambda item: -item[1])
+    worst = per_class[0] if per_class else None
+    evidence = {
+        "callback_s": rounded(callbacks),
+        "step_s": rounded(work),
+        "callback_share_of_step_time": rounded(callbacks / work if work else None, 3),
+        "per_callback_s": {name: rounded(value) for name, value in per_class[:8]},
+        "batches": int(keras.sum()),
+        "per_batch_callback_s": rounded(float(np.mean(steps["callback_time"][keras]))),
+    }
+    who = f" — mostly `{worst[0]}` ({seconds(worst[1])})" if worst else ""
+    return Finding(
+        code=CODE,
+        severity="warning",
+        title=f"Callbacks took {seconds(callbacks)}, {share(callbacks, work)} of step time{who}",
+        detail=(
+            f"Batch hooks of the callbacks ran for {seconds(callbacks)} against"
+            f" {seconds(work)} of steps over {int(keras.sum())} batches; the next step waits"
+            " for them each time."
+        ),
+        fix="Move the callback's work to `on_epoch_end` or every N batches; use `verbose=2`"
+        " if the progress bar is the cost.",
+        evidence=evidence,
+        impact=callbacks,
+    )

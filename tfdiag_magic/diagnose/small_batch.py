@@ -1,0 +1,84 @@
+"""small-batch: per-step overhead dominates because batches are tiny."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import Record
+from ..views.units import rate, seconds
+from .evidence import first_rewrite, rounded, steady_rows, training_rows, with_rewrite
+
+CODE = "small-batch"
+TITLE = "Batches are too small to use the hardware"
+DOC = """\
+## What it detects
+Training with batches of a few samples (1 to 8), where each step is short enough that its fixed
+cost — Python dispatch, launching the step, the optimizer update of every weight, callbacks —
+rather than the work per sample sets the speed.
+
+## Why it hurts
+A step's fixed cost is paid per batch, not per sample. On this 2-CPU machine a small Keras
+model's `fit` step took nearly the same time at batch 1 as at batch 32 (run
+`python benchmarks/small_batch.py` to measure it on yours), so batch 1 trained more than 20×
+fewer samples per second. On a GPU the gap is larger: one sample cannot fill thousands of
+cores. (The seed articles' claim that batch size 1 makes a model "fail" on the GPU is wrong:
+it is only slow.)
+
+## Evidence we show
+The batch size, the median step time, samples per second, and the steps run.
+
+## Fix
+Use a larger batch (32–256 is a common start; raise the learning rate with it), and for
+models whose steps are still short, `model.compile(..., steps_per_execution=N)` to run N steps
+per call. Batch size changes the optimisation, not only the speed: compare the loss.
+
+## Threshold
+A known batch size of 8 or less, at least 50 steady training steps, and a median step under
+20 ms (longer steps have enough work per step for the fixed cost not to dominate).
+"""
+
+MAX_BATCH = 8
+MIN_STEPS = 50
+MAX_STEP_TIME = 0.02
+SUGGESTED_BATCH = 64
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    steps = record.steps
+    rows = steady_rows(record, training_rows(record))
+    batches = steps["batch"][rows]
+    known = rows[~np.isnan(batches)]
+    if known.size < MIN_STEPS:
+        return None
+    batch = float(np.median(steps["batch"][known]))
+    if batch > MAX_BATCH:
+        return None
+    step = float(np.median(steps["duration"][known] / np.maximum(steps["fused"][known], 1)))
+    if step >= MAX_STEP_TIME:
+        return None
+    samples_per_s = batch / step if step > 0 else None
+    evidence = {
+        "batch_size": int(batch),
+        "median_step_s": rounded(step),
+        "samples_per_s": rounded(samples_per_s),
+        "steps": int(known.size),
+    }
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=f"Batch size {int(batch)}: {rate(samples_per_s)} samples/s at {seconds(step)} a step",
+        detail=(
+            f"Each step handled {int(batch)} sample(s) in {seconds(step)}: at this size the"
+            " step's fixed cost, not the work per sample, sets the speed."
+        ),
+        fix=f"Use a larger batch (e.g. {SUGGESTED_BATCH}) and adjust the learning rate; with"
+        " short steps, also `steps_per_execution` in `compile`.",
+        evidence=evidence,
+        impact=float(steps["duration"][known].sum()) * 0.5,
+    )
+    return with_rewrite(
+        finding,
+        source,
+        first_rewrite(source, ("larger_batch", {"batch_size": SUGGESTED_BATCH})),
+    )

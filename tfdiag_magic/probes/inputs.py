@@ -1,0 +1,84 @@
+"""What a step call was given: bytes of NumPy arrays (converted to tensors by the call) and the
+batch size. Looks one level into tuples, lists and dicts, as a step's arguments usually are."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import numpy as np
+
+NAN = math.nan
+
+
+def inspect_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[float, float]:
+    """(bytes of NumPy arrays among the arguments, leading dimension of the first array-like)."""
+    host = 0.0
+    batch = NAN
+    for value in (*args, *kwargs.values()):
+        items: Any
+        if isinstance(value, (tuple, list)):
+            items = value
+        elif isinstance(value, dict):
+            items = value.values()
+        else:
+            items = (value,)
+        for item in items:
+            if isinstance(item, np.ndarray):
+                host += item.nbytes
+            if batch != batch:
+                shape = getattr(item, "shape", None)
+                if shape is not None and len(shape) >= 1:
+                    first = shape[0]
+                    if isinstance(first, int):
+                        batch = float(first)
+                    elif first is not None:
+                        with contextlib.suppress(TypeError, ValueError):
+                            batch = float(int(first))
+    return host, batch
+
+
+def data_kind(data: Any) -> str:
+    """A word for what was passed to fit/evaluate/predict as data."""
+    if data is None:
+        return "none"
+    if isinstance(data, np.ndarray):
+        return "numpy"
+    module = type(data).__module__ or ""
+    name = type(data).__name__
+    if "tensorflow" in module and "data" in module:
+        return "dataset"
+    if hasattr(data, "__next__"):
+        return "generator"
+    if module.startswith("keras") and "PyDataset" in [c.__name__ for c in type(data).__mro__]:
+        return "pydataset"
+    if "Tensor" in name:
+        return "tensor"
+    if isinstance(data, (list, tuple, dict)):
+        return "structure"
+    if module.startswith("pandas"):
+        return "pandas"
+    return name
+
+
+def batch_size_of(data: Any, kwargs: dict[str, Any]) -> float:
+    """Batch size Keras will use for `data`: the argument, the default 32 for arrays, or the
+    dataset's static batch dimension."""
+    size = kwargs.get("batch_size")
+    if isinstance(size, int):
+        return float(size)
+    kind = data_kind(data)
+    if kind in ("numpy", "tensor", "structure", "pandas"):
+        return 32.0
+    if kind == "dataset":
+        try:
+            spec = data.element_spec
+            first = spec[0] if isinstance(spec, tuple) else spec
+            if isinstance(first, dict):
+                first = next(iter(first.values()))
+            dim = first.shape[0]
+            return float(dim) if dim is not None else NAN
+        except Exception:
+            return NAN
+    return NAN

@@ -1,0 +1,73 @@
+"""Model probe: every Keras model constructed during the run, with the loop it was built in.
+
+`Model.__init__` and `Functional.__init__` are wrapped; a model counts once, when its outermost
+constructor returns (a subclass calling ``super().__init__`` is still one model). The process
+memory after each build lets the diagnosis tell memory per model.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from time import perf_counter
+from typing import Any
+
+from ..record import ModelBuilt
+from ..recorder import Recorder
+from .patching import Patcher, defining_class
+
+
+class KerasModelProbe:
+    name = "keras_models"
+
+    def __init__(self) -> None:
+        self._patcher = Patcher()
+        self._depth = 0
+
+    def install(self, recorder: Recorder) -> None:
+        import keras
+        from keras.src.models.functional import Functional
+
+        owners: list[type] = []
+        for cls in (keras.Model, Functional):
+            owner = defining_class(cls, "__init__")
+            if owner in owners:
+                continue
+            owners.append(owner)
+            self._patcher.replace(owner, "__init__", self._wrap(recorder, vars(owner)["__init__"]))
+
+    def remove(self) -> None:
+        self._patcher.restore()
+
+    def _wrap(self, rec: Recorder, original: Any) -> Any:
+        probe = self
+
+        def __init__(model: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+            __tracebackhide__ = True
+            if threading.get_ident() != rec.thread_id or _sequential_internal():
+                return original(model, *args, **kwargs)
+            probe._depth += 1
+            try:
+                original(model, *args, **kwargs)
+            finally:
+                probe._depth -= 1
+            if probe._depth == 0:
+                rss = rec.rss_reader() if rec.rss_reader is not None else -1
+                rec.models.append(
+                    ModelBuilt(
+                        time=perf_counter() - rec.t0,
+                        name=str(getattr(model, "name", "?")),
+                        cls=type(model).__name__,
+                        loop=rec.innermost_loop(),
+                        rss=rss,
+                    )
+                )
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __init__
+
+
+def _sequential_internal() -> bool:
+    """A Sequential model builds a functional twin of itself: that is not a model of the cell."""
+    caller = sys._getframe(2)
+    return caller.f_globals.get("__name__") == "keras.src.models.sequential"

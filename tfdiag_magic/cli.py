@@ -47,9 +47,27 @@ def _parser() -> argparse.ArgumentParser:
         help="where to write the HTML report (default: a temporary folder)",
     )
     demo.add_argument("--json", metavar="PATH", default=None, help="also write the JSON report")
+    explain = sub.add_parser("explain", help="print the documentation of a finding code")
+    explain.add_argument("code", nargs="?", help="a finding code; without one, list the codes")
     gpu = sub.add_parser("gpu", help="the GPU doctor: can TensorFlow use the GPU, and if not, why")
     gpu.add_argument("--json", metavar="PATH", default=None, help="also write the JSON report")
     return parser
+
+
+def explain_code(code: str | None) -> int:
+    """Print a finding's documentation (or the list of codes); 2 for an unknown code."""
+    from .diagnose import UnknownCodeError, explain, rules
+
+    if not code:
+        for rule in rules():
+            print(f"{rule.CODE:28} {rule.TITLE}")
+        return 0
+    try:
+        print(explain(code))
+    except UnknownCodeError as exc:
+        print(f"tfdiag_magic: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def gpu_doctor(json_path: str | None) -> int:
@@ -138,6 +156,8 @@ def _report(
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "explain":
+        return explain_code(args.code)
     if args.command == "gpu":
         return gpu_doctor(args.json)
     from .tf_runtime import TensorFlowMissingError

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from .units import rate, seconds, share, size
@@ -108,12 +109,51 @@ def render_text(report: dict[str, Any]) -> str:
             out.append(f"  [{w['source']}] {first[:160]}{count}")
     if report["findings"]:
         out.append("")
-        out.append("Findings:")
-        for f in report["findings"]:
-            out.append(f"  {f['severity'].upper()} {f['code']}: {f['title']}")
+        out.append(f"Findings ({len(report['findings'])}), most important first:")
+        for index, f in enumerate(report["findings"]):
+            out.extend(_finding_lines(index, f))
     error = report.get("error")
     if error:
         out.append("")
         out.append(f"Error: {error['type']}: {error['message'].strip()[:400]}")
         out.append("  (the record above holds everything up to it)")
     return "\n".join(out)
+
+
+MAX_DIFF_LINES = 60
+
+
+def _evidence_text(evidence: dict[str, Any]) -> str:
+    parts = []
+    for key, value in evidence.items():
+        if value is None or value == [] or value == {}:
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}: {v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(str(v) for v in value)
+        parts.append(f"{key}={value}")
+    return "; ".join(parts)
+
+
+def _finding_lines(index: int, finding: dict[str, Any]) -> list[str]:
+    lines = [f"  {finding['severity'].upper()} {finding['code']}: {finding['title']}"]
+    wrap = textwrap.TextWrapper(width=96, initial_indent="    ", subsequent_indent="    ")
+    if finding.get("detail"):
+        lines.extend(wrap.wrap(finding["detail"]))
+    evidence = _evidence_text(finding.get("evidence") or {})
+    if evidence:
+        lines.extend(wrap.wrap("Evidence: " + evidence))
+    if finding.get("fix"):
+        lines.extend(wrap.wrap("Fix: " + finding["fix"]))
+    if finding.get("diff"):
+        lines.append(f"    Rewritten cell (result.findings[{index}].rewrite):")
+        diff = finding["diff"].rstrip("\n").splitlines()
+        lines.extend("      " + line for line in diff[:MAX_DIFF_LINES])
+        if len(diff) > MAX_DIFF_LINES:
+            lines.append(f"      … {len(diff) - MAX_DIFF_LINES} more lines")
+    elif finding.get("rewrite"):
+        lines.append(f"    Cell to run (result.findings[{index}].rewrite):")
+        lines.extend("      " + line for line in finding["rewrite"].splitlines()[:MAX_DIFF_LINES])
+    lines.append(f"    More: %tfprofile --explain {finding['code']}")
+    return lines

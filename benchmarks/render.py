@@ -102,23 +102,29 @@ def timed(label: str, build) -> float:
     return median
 
 
+def _move(dash, window: tuple[int, int]) -> None:
+    dash.slider.value = window
+
+
 def main() -> int:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     result = synthetic_result(steps)
     print(f"{result.record.step_count} steps ({steps} training), {REPEATS} builds each")
-    from tfdiag_magic.views.dashboard import Dashboard
+    from tfdiag_magic.views.dashboard import Dashboard, dashboard_bundle
 
     timed("static HTML fragment (notebook fallback)", lambda: result.to_html(full_page=False))
     timed("self-contained HTML report (tabs)", lambda: result.to_html(full_page=True))
-    worst = timed("dashboard: widgets, every tab drawn", lambda: Dashboard(result).close())
-    dash = Dashboard(result)
-    lo, hi = dash.slider.value
-    timed(
-        "dashboard: range slider moved (stats + plot)",
-        lambda: setattr(dash.slider, "value", (lo + 1000, hi - 1000 - len(dash.slider.value))),
+    timed("dashboard widgets alone, every tab drawn", lambda: Dashboard(result).close())
+    worst = timed(
+        "cell output: dashboard + static HTML + text",
+        lambda: dashboard_bundle(result)[1].close(),
     )
+    dash = Dashboard(result)
+    last = dash.slider.max
+    windows = iter([(1000 + i, last - 1000 - i) for i in range(REPEATS)])
+    timed("range slider moved: window stats + Steps plot", lambda: _move(dash, next(windows)))
     dash.close()
-    print(f"target: dashboard under 1 s -> {'ok' if worst < 1.0 else 'OVER'}")
+    print(f"target: cell output under 1 s -> {'ok' if worst < 1.0 else 'OVER'}")
     return 0
 
 

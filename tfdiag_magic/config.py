@@ -1,4 +1,4 @@
-"""User settings of the extension, as an IPython Configurable: ``%config TFProfile.widgets = False``.
+"""The extension's settings, an IPython Configurable: ``%config TFProfile.widgets = False``.
 
 `load_ext` registers one `TFProfile` instance with the shell, so ``%config`` and IPython's
 profile configuration (``c.TFProfile.widgets = False``) reach it like any of IPython's own.

@@ -148,20 +148,36 @@ class TFProfileMagics(Magics):
             result = session.start()
         except TensorFlowMissingError as exc:
             raise UsageError(str(exc)) from None
+        live = _start_live_view(shell, session, args)
         try:
             value = run(prepared, shell.user_global_ns, shell.user_ns)
         except BaseException as exc:
+            if live is not None:
+                session.add_listener(None)
             session.stop(exc)
-            self._publish(result, args)
+            self._publish(result, args, live, exc)
             raise
+        if live is not None:
+            session.add_listener(None)
         session.stop()
-        self._publish(result, args)
+        self._publish(result, args, live)
         if value is not None and _ends_with_semicolon(shell, transformed):
             return None  # `expr;` shows nothing, as in any other cell
         return value
 
-    def _publish(self, result: ProfileResult, args: Any) -> None:
-        """Store, write and show the result. A failure here never hides the cell's own error."""
+    def _publish(
+        self,
+        result: ProfileResult,
+        args: Any,
+        live: Any = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Store, write and show the result. A failure here never hides the cell's own error.
+
+        In a Jupyter kernel with widgets on, the report is the dashboard, in one output with
+        the static HTML and text beside it (shown where widgets cannot render); it takes the
+        live view's place. Elsewhere the result displays itself (text, static HTML).
+        """
         TFProfileMagics.last_result = result
         if args.output:
             self.shell.user_ns[args.output] = result
@@ -174,7 +190,7 @@ class TFProfileMagics(Magics):
                 path = result.write_html(args.html)
                 notes.append(f"HTML report written to {path}")
             if not args.quiet:
-                display(result)
+                _show_report(self.shell, result, live, error)
                 for note in notes:
                     print(note)
         except Exception as exc:  # a report that cannot be shown must not cost the record
@@ -182,6 +198,52 @@ class TFProfileMagics(Magics):
                 f"tfdiag_magic: could not render the report: {type(exc).__name__}: {exc}",
                 file=sys.stderr,
             )
+        finally:
+            if live is not None:
+                live.close()
+
+
+def _start_live_view(shell: Any, session: Any, args: Any) -> Any:
+    """Show the live view and attach it to the session, in a kernel with widgets and live on."""
+    from .config import settings_of
+    from .views.dashboard import in_kernel
+
+    settings = settings_of(shell)
+    if args.quiet or not (settings.widgets and settings.live) or not in_kernel(shell):
+        return None
+    try:
+        from .views.live import LiveView
+
+        live = LiveView(interval=settings.live_interval)
+        live.show()
+        session.add_listener(live.on_sample)
+        return live
+    except Exception as exc:  # no live view: the run itself goes on
+        print(f"tfdiag_magic: no live view: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+def _show_report(shell: Any, result: ProfileResult, live: Any, error: BaseException | None) -> None:
+    from .config import settings_of
+    from .views.dashboard import dashboard_bundle, in_kernel, static_bundle
+
+    if live is not None:
+        live.finish(None, error)
+    if settings_of(shell).widgets and in_kernel(shell):
+        try:
+            data, _dashboard = dashboard_bundle(result)
+        except Exception as exc:  # the static report still shows
+            print(f"tfdiag_magic: no dashboard: {type(exc).__name__}: {exc}", file=sys.stderr)
+            data = static_bundle(result)
+    elif live is not None:
+        data = static_bundle(result)
+    else:
+        display(result)
+        return
+    if live is not None:
+        live.replace(data)
+    else:
+        display(data, raw=True)
 
 
 def _running_cell_number(shell: Any) -> int:
@@ -200,6 +262,9 @@ def _ends_with_semicolon(shell: Any, source: str) -> bool:
 
 def load(ipython: Any) -> None:
     """Register the magics once; loading again is a no-op."""
+    from .config import register
+
+    register(ipython)
     registered = ipython.magics_manager.magics["cell"].get("tfprofile")
     if isinstance(getattr(registered, "__self__", None), TFProfileMagics):
         return

@@ -49,7 +49,7 @@ class StepPlotOptions:
     warmup: bool = True
     epochs: bool = True
     data_wait: bool = True
-    log: bool | None = None  # None: chosen from the data (see _use_log)
+    log: bool | None = None  # None: chosen from the data (see use_log)
 
 
 def _figure(height: float, rows: int = 1, ratios: tuple[int, ...] | None = None) -> tuple:
@@ -199,7 +199,7 @@ def steps_png(series: StepSeries, lo: int, hi: int, options: StepPlotOptions) ->
                         ls="--",
                         alpha=0.6,
                     )
-    if _use_log(options.log, duration_ms):
+    if use_log(options.log, duration_ms):
         _log_ticks(ax)
     ax.set_ylabel("step time (ms)")
     ax.set_xlim(lo - 0.5, hi + 0.5)
@@ -219,7 +219,7 @@ def steps_png(series: StepSeries, lo: int, hi: int, options: StepPlotOptions) ->
     return _png(fig)
 
 
-def _use_log(log: bool | None, values: np.ndarray) -> bool:
+def use_log(log: bool | None, values: np.ndarray) -> bool:
     """None: log scale when the largest step is over 20 times the median (a tracing spike)."""
     if log is not None:
         return log

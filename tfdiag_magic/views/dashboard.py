@@ -1,0 +1,359 @@
+"""The interactive dashboard of a finished run (ipywidgets), and the output that carries it.
+
+Tabs: Overview, Steps, Memory, GPU, Findings, Data. A range slider over the steps zooms every
+plot and recomputes the window's statistics from the exact columns; series can be toggled and
+step time drawn on a log scale. Plots are matplotlib PNGs (`dash_plots`), drawn for the tab
+that is showing and redrawn for another tab when it is opened.
+
+`dashboard_bundle` returns the display data for a notebook output: the widget view together
+with the static HTML view and the text report, so a frontend that cannot render widgets
+(nbconvert, a notebook without the widget manager) shows the static report instead, and
+nothing shows as blank or as ``VBox(children=...)``.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+import numpy as np
+
+from ..record import PHASES
+from ..result import ProfileResult
+from .dash_findings import finding_html, sorted_findings
+from .dash_model import step_series, window_stats
+from .dash_plots import StepPlotOptions, gpu_png, memory_png, steps_png, use_log
+from .dash_table import csv_text, data_link, table_html
+from .html import PANEL_STYLE, STYLE, gpu_sentence, memory_table, overview_html, render_html
+from .text import headline
+from .units import rate, seconds, size
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+TAB_TITLES = ("Overview", "Steps", "Memory", "GPU", "Findings", "Data")
+PAGE_ROWS = 25
+IMAGE_LAYOUT = {"width": "760px", "max_width": "100%", "height": "auto"}
+DASHBOARD_CLASS = "tfdiag-dashboard"
+
+
+def _window_html(series: Any, stats: dict[str, Any]) -> str:
+    """The statistics of the selected steps, one row per phase."""
+    if not stats["count"]:
+        return "<p>No steps were recorded.</p>"
+    e = escape
+    head = (
+        f"<b>Steps {stats['lo']}–{stats['hi']}</b> ({stats['count']} steps, "
+        f"{seconds(stats['time_from'])} to {seconds(stats['time_to'])} into the run)"
+    )
+    rows = [
+        "<tr><th>phase</th><th>steps</th><th>median</th><th>p90</th><th>mean</th>"
+        "<th>max</th><th>steps/s</th><th>warm-up</th><th>data wait</th></tr>"
+    ]
+    for name, p in stats["phases"].items():
+        rows.append(
+            f"<tr><td>{e(name)}</td><td>{p['count']}</td><td>{seconds(p['median'])}</td>"
+            f"<td>{seconds(p['p90'])}</td><td>{seconds(p['mean'])}</td>"
+            f"<td>{seconds(p['max'])}</td><td>{rate(p['steps_per_second'])}</td>"
+            f"<td>{p['warmup_count']}</td>"
+            f"<td>{seconds(p['data_wait']) if p['data_wait'] is not None else 'in step'}</td></tr>"
+        )
+    memory = []
+    if stats.get("rss_peak") is not None:
+        memory.append(f"host RSS peak {size(stats['rss_peak'])}")
+    for device, peak in stats.get("gpu_peak", {}).items():
+        memory.append(f"{e(device)} peak {size(peak)}")
+    tail = f'<p class="muted">In this window: {", ".join(memory)}.</p>' if memory else ""
+    return f'<div class="tfdiag tfdiag-window">{head}<table>{"".join(rows)}</table>{tail}</div>'
+
+
+class Dashboard:
+    """The widgets of one run's dashboard; `root` is the widget to display."""
+
+    def __init__(self, result: ProfileResult, report: dict[str, Any] | None = None) -> None:
+        import ipywidgets as w
+
+        record = result._need_record()
+        self.result = result
+        self.record = record
+        self.report = report if report is not None else result.report()
+        self.series = series = step_series(record)
+        self._widgets: list[Any] = []
+        last = max(series.count - 1, 0)
+        self.options = StepPlotOptions(
+            phases=set(series.phases), log=use_log(None, series.duration)
+        )
+        self.plots: dict[str, bytes | None] = {}
+        self._dirty: set[str] = set()
+
+        self.header = self._add(w.HTML(self._header_html()))
+        self.slider = self._add(
+            w.IntRangeSlider(
+                value=(0, last),
+                min=0,
+                max=last,
+                step=1,
+                description="steps",
+                continuous_update=False,
+                disabled=series.count < 2,
+                layout=w.Layout(width="98%"),
+                style={"description_width": "48px"},
+            )
+        )
+        self.slider.add_class("tfdiag-range")
+        self.window = self._add(w.HTML())
+        self.window.add_class("tfdiag-window-stats")
+
+        # Overview
+        self.overview = self._add(w.HTML(self._wrap(overview_html(self.report))))
+        # Steps: toggles, plot
+        self.toggles: dict[str, Any] = {}
+        for name in series.phases:
+            self.toggles[f"phase:{name}"] = w.Checkbox(value=True, description=name, indent=False)
+        for key, label in (
+            ("raw", "raw"),
+            ("median", "rolling median"),
+            ("warmup", "warm-up"),
+            ("epochs", "epochs"),
+            ("data_wait", "data wait"),
+            ("log", "log scale"),
+        ):
+            self.toggles[key] = w.Checkbox(
+                value=bool(getattr(self.options, key)), description=label, indent=False
+            )
+        for box in self.toggles.values():
+            box.layout = w.Layout(width="auto", margin="0 12px 0 0")
+            self._add(box)
+            box.observe(self._on_option, names="value")
+        self.steps_image = self._add(w.Image(format="png", layout=w.Layout(**IMAGE_LAYOUT)))
+        self.steps_note = self._add(w.HTML())
+        steps_tab = self._add(
+            w.VBox(
+                [
+                    self._add(
+                        w.HBox(list(self.toggles.values()), layout=w.Layout(flex_flow="row wrap"))
+                    ),
+                    self.steps_image,
+                    self.steps_note,
+                ]
+            )
+        )
+        # Memory, GPU
+        self.memory_image = self._add(w.Image(format="png", layout=w.Layout(**IMAGE_LAYOUT)))
+        self.memory_note = self._add(w.HTML())
+        memory_tab = self._add(w.VBox([self.memory_image, self.memory_note]))
+        self.gpu_image = self._add(w.Image(format="png", layout=w.Layout(**IMAGE_LAYOUT)))
+        self.gpu_note = self._add(w.HTML())
+        gpu_tab = self._add(w.VBox([self.gpu_image, self.gpu_note]))
+        # Findings
+        findings = sorted_findings(self.report["findings"])
+        finding_widgets = [
+            self._add(w.HTML(self._wrap(finding_html(f, buttons=True)))) for f in findings
+        ] or [self._add(w.HTML(self._wrap("<p>No findings.</p>")))]
+        findings_tab = self._add(w.VBox(finding_widgets))
+        # Data
+        self.page = self._add(
+            w.BoundedIntText(
+                value=0, min=0, max=0, description="page", layout=w.Layout(width="160px")
+            )
+        )
+        self.page.observe(lambda _change: self._draw_table(), names="value")
+        previous = self._add(w.Button(description="◀", layout=w.Layout(width="40px")))
+        following = self._add(w.Button(description="▶", layout=w.Layout(width="40px")))
+        previous.on_click(lambda _b: self._turn(-1))
+        following.on_click(lambda _b: self._turn(1))
+        self.table = self._add(w.HTML())
+        self.download_csv = self._add(w.Button(description="CSV", icon="download"))
+        self.download_json = self._add(w.Button(description="JSON", icon="download"))
+        self.download_link = self._add(w.HTML())
+        self.download_csv.on_click(lambda _b: self._download("csv"))
+        self.download_json.on_click(lambda _b: self._download("json"))
+        data_tab = self._add(
+            w.VBox(
+                [
+                    self._add(w.HBox([previous, self.page, following])),
+                    self.table,
+                    self._add(w.HBox([self.download_csv, self.download_json, self.download_link])),
+                ]
+            )
+        )
+        self.tab = self._add(
+            w.Tab(
+                children=[self.overview, steps_tab, memory_tab, gpu_tab, findings_tab, data_tab],
+                titles=TAB_TITLES,
+            )
+        )
+        self.root = self._add(w.VBox([self.header, self.slider, self.window, self.tab]))
+        self.root.add_class(DASHBOARD_CLASS)
+
+        self._update_window()
+        for name in ("steps", "memory", "gpu", "data"):
+            self._draw(name)
+        self.slider.observe(self._on_range, names="value")
+        self.tab.observe(self._on_tab, names="selected_index")
+
+    # -- building ------------------------------------------------------------------------------
+
+    def _add(self, widget: Any) -> Any:
+        self._widgets.append(widget)
+        return widget
+
+    @staticmethod
+    def _wrap(html: str) -> str:
+        return f'<div class="tfdiag">{html}</div>'
+
+    def _header_html(self) -> str:
+        report = self.report
+        parts = [f"<style>{STYLE}{PANEL_STYLE}</style>", '<div class="tfdiag">']
+        parts.append(f"<h3>tfdiag_magic: {escape(headline(report))}</h3>")
+        error = report.get("error")
+        if error:
+            parts.append(
+                f'<p class="err">{escape(error["type"])}: '
+                f"{escape(error['message'].strip()[:600])}</p>"
+                '<p class="muted">The record holds everything up to the error.</p>'
+            )
+        parts.append("</div>")
+        return "".join(parts)
+
+    # -- drawing -------------------------------------------------------------------------------
+
+    def _range(self) -> tuple[int, int]:
+        lo, hi = self.slider.value
+        return int(lo), int(hi)
+
+    def _update_window(self) -> None:
+        lo, hi = self._range()
+        self.stats = window_stats(self.series, lo, hi)
+        self.window.value = _window_html(self.series, self.stats)
+
+    def _draw(self, name: str) -> None:
+        lo, hi = self._range()
+        series = self.series
+        if name == "steps":
+            png = steps_png(series, lo, hi, self.options)
+            self._show(self.steps_image, self.steps_note, png, "<p>No steps were recorded.</p>")
+            if png and not np.any(~np.isnan(series.data_wait)):
+                self.steps_note.value = self._wrap(
+                    '<p class="muted">Data wait: '
+                    f"{escape(self.report['time_split'].get('data_wait_note') or 'not measured')}"
+                    ".</p>"
+                )
+        elif name == "memory":
+            png = memory_png(series, lo, hi)
+            self._show(self.memory_image, None, png, "<p>No memory samples in this range.</p>")
+            self.memory_note.value = self._wrap(
+                ("" if png else "<p>No memory samples in this range.</p>")
+                + memory_table(self.report)
+            )
+        elif name == "gpu":
+            png = gpu_png(series, lo, hi)
+            self._show(self.gpu_image, self.gpu_note, png, gpu_sentence(self.report))
+        elif name == "data":
+            self._draw_table()
+            png = None
+        self.plots[name] = png
+        self._dirty.discard(name)
+
+    def _show(self, image: Any, note: Any, png: bytes | None, empty: str) -> None:
+        if png:
+            image.value = png
+            image.layout.display = None
+            if note is not None:
+                note.value = ""
+        else:
+            image.layout.display = "none"
+            if note is not None:
+                note.value = self._wrap(empty)
+
+    def _window_rows(self) -> np.ndarray:
+        lo, hi = self._range()
+        return self.series.rows[lo : hi + 1]
+
+    def _draw_table(self) -> None:
+        rows = self._window_rows()
+        pages = max(1, -(-rows.size // PAGE_ROWS))
+        self.page.max = pages - 1
+        page = min(self.page.value, pages - 1)
+        shown = rows[page * PAGE_ROWS : (page + 1) * PAGE_ROWS]
+        caption = f"page {page + 1} of {pages}: steps of the selected range"
+        self.table.value = self._wrap(table_html(self.record, shown, caption))
+
+    def _turn(self, delta: int) -> None:
+        self.page.value = int(np.clip(self.page.value + delta, 0, self.page.max))
+
+    def _download(self, kind: str) -> None:
+        if kind == "csv":
+            link = data_link(csv_text(self.record), "tfdiag-steps.csv", "text/csv", "steps.csv")
+        else:
+            link = data_link(
+                self.result.to_json(), "tfdiag-report.json", "application/json", "report.json"
+            )
+        self.download_link.value = f"Ready: {link}"
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _visible(self) -> str:
+        return ("overview", "steps", "memory", "gpu", "findings", "data")[
+            self.tab.selected_index or 0
+        ]
+
+    def _on_range(self, _change: dict[str, Any]) -> None:
+        self._update_window()
+        self.page.value = 0
+        self._dirty = {"steps", "memory", "gpu", "data"}
+        self._draw("data")
+        visible = self._visible()
+        self._draw(visible if visible in self._dirty else "steps")
+
+    def _on_tab(self, _change: dict[str, Any]) -> None:
+        visible = self._visible()
+        if visible in self._dirty:
+            self._draw(visible)
+
+    def _on_option(self, _change: dict[str, Any]) -> None:
+        t = self.toggles
+        self.options = StepPlotOptions(
+            phases={p for p in PHASES if t.get(f"phase:{p}") is not None and t[f"phase:{p}"].value},
+            raw=t["raw"].value,
+            median=t["median"].value,
+            warmup=t["warmup"].value,
+            epochs=t["epochs"].value,
+            data_wait=t["data_wait"].value,
+            log=t["log"].value,
+        )
+        self._draw("steps")
+
+    def close(self) -> None:
+        """Close every widget of the dashboard (their comms, in a kernel)."""
+        for widget in reversed(self._widgets):
+            widget.close()
+        self._widgets.clear()
+
+
+def static_bundle(
+    result: ProfileResult,
+    plots: dict[str, bytes | None] | None = None,
+    report: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The static views of a result: HTML (plots as images) and the text report."""
+    record = result._need_record()
+    report = report if report is not None else result.report()
+    from .text import render_text
+
+    return {
+        "text/plain": render_text(report),
+        "text/html": render_html(report, record, full_page=False, plots=plots),
+    }
+
+
+def dashboard_bundle(result: ProfileResult) -> tuple[dict[str, Any], Dashboard]:
+    """Display data holding the dashboard's widget view with the static HTML and text beside it."""
+    dashboard = Dashboard(result)
+    data = static_bundle(result, plots=dashboard.plots, report=dashboard.report)
+    view = dashboard.root._repr_mimebundle_()
+    data[WIDGET_VIEW] = view[WIDGET_VIEW]
+    return data, dashboard
+
+
+def in_kernel(shell: Any) -> bool:
+    """Whether `shell` is a Jupyter kernel's, where widgets have a frontend to render them."""
+    return getattr(shell, "kernel", None) is not None

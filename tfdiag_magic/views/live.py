@@ -1,0 +1,292 @@
+"""The live view: one small widget that follows a profiling run while the cell runs.
+
+It shows the steps done per phase, the current steps/s and step time, a sparkline of step
+time over every step so far, host and device memory, the elapsed time, and, inside Keras
+``fit``, the progress and an ETA. The recorder calls `LiveView.on_sample` on the main thread
+after its memory samples (at most every ``memory_interval``); the view redraws at most every
+`interval` seconds, reads only the rows appended since its last redraw, and sends one widget
+message per redraw. An error inside the view switches it off and never reaches the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from collections import deque
+from html import escape
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+
+from ..record import PHASES
+from .downsample import MinMaxBuckets
+from .units import rate, seconds, size
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+LOOP = PHASES.index("loop")
+RATE_WINDOW = 3.0  # seconds of recent steps the current steps/s is measured over
+SPARK_WIDTH, SPARK_HEIGHT = 320, 56
+STYLE = (
+    ".tfdiag-live{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:12px}"
+    ".tfdiag-live table{border-collapse:collapse}.tfdiag-live td{padding:1px 10px 1px 0}"
+    ".tfdiag-live .muted{opacity:.7}"
+    ".tfdiag-live .bar{width:320px;height:6px;background:#8883;border-radius:3px}"
+    ".tfdiag-live .bar span{display:block;height:100%;background:#3b82f6;border-radius:3px}"
+)
+
+
+class LiveView:
+    """A widget that shows a run while it records; `on_sample` is the recorder's callback."""
+
+    last: LiveView | None = None  # the view shown last in this process (tests read it)
+
+    def __init__(self, interval: float = 0.25) -> None:
+        import ipywidgets as w
+
+        from ..recorder import ROW_FIELDS, WIDTH
+
+        self.interval = interval
+        self.enabled = True
+        self.updates = 0
+        self.update_seconds = 0.0  # time spent redrawing, for the overhead benchmark
+        self.error: str | None = None
+        self._width = WIDTH
+        self._duration = ROW_FIELDS.index("duration")
+        self._phase = ROW_FIELDS.index("phase")
+        self._next = 0.0
+        self._seen = 0  # rows already read
+        self._counts = np.zeros(len(PHASES), dtype=np.int64)
+        self._steps = MinMaxBuckets(SPARK_WIDTH // 2)
+        self._loops = MinMaxBuckets(SPARK_WIDTH // 2)
+        self._recent_ms: float | None = None
+        self._history: deque[tuple[float, int]] = deque()
+        self._t0: float | None = None
+        self.widget = w.HTML(self._page("<p>tfdiag_magic: starting the profiling run…</p>"))
+        self.widget.add_class("tfdiag-live")
+        self.handle: Any = None
+
+    # -- display -------------------------------------------------------------------------------
+
+    def bundle(self) -> dict[str, Any]:
+        """The widget view, with text and HTML for frontends that cannot show widgets."""
+        view = self.widget._repr_mimebundle_()[WIDGET_VIEW]
+        return {
+            WIDGET_VIEW: view,
+            "text/plain": "tfdiag_magic: profiling run in progress",
+            "text/html": "<div class='tfdiag'><p>tfdiag_magic: profiling run in progress</p></div>",
+        }
+
+    def show(self) -> None:
+        """Display the view as a new output of the running cell (updatable by display id)."""
+        from IPython.display import display
+
+        self.handle = display(self.bundle(), raw=True, display_id=True)
+        LiveView.last = self
+
+    def replace(self, data: dict[str, Any]) -> None:
+        """Put `data` (the final report) where the live view was shown, and close the view."""
+        if self.handle is not None:
+            self.handle.update(data, raw=True)
+        self.close()
+
+    def close(self) -> None:
+        self.enabled = False
+        self.widget.close()
+
+    # -- updates -------------------------------------------------------------------------------
+
+    def on_sample(self, rec: Any) -> None:
+        """The recorder's callback: redraw when `interval` has passed; never raise."""
+        if not self.enabled:
+            return
+        now = perf_counter()
+        if now < self._next:
+            return
+        self._next = now + self.interval
+        try:
+            self.update(rec, now)
+        except Exception as exc:  # the view must never break the run: it switches itself off
+            self.enabled = False
+            self.error = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                self.widget.value = self._page(
+                    f'<p class="muted">Live view stopped ({escape(self.error)}); '
+                    "the run goes on and is recorded.</p>"
+                )
+        self.update_seconds += perf_counter() - now
+
+    def _read_new_rows(self, rec: Any) -> None:
+        rows = rec._rows
+        total = len(rows) // self._width
+        if total < self._seen:  # the recorder handed its rows over (end of the run)
+            return
+        if total == self._seen:
+            return
+        # A slice of an array.array is a copy: no buffer of the recorder's stays exported, so
+        # the hot path can keep appending.
+        chunk = np.frombuffer(rows[self._seen * self._width : total * self._width])
+        table = chunk.reshape(-1, self._width)
+        self._seen = total
+        phase = table[:, self._phase].astype(np.int64)
+        duration = table[:, self._duration]
+        self._counts += np.bincount(phase, minlength=len(PHASES))[: len(PHASES)]
+        steps = phase != LOOP
+        if steps.any():
+            self._steps.add(duration[steps])
+            self._recent_ms = float(np.median(duration[steps][-32:])) * 1e3
+        if (~steps).any():
+            self._loops.add(duration[~steps])
+            if self._steps.count() == 0:
+                self._recent_ms = float(np.median(duration[~steps][-32:])) * 1e3
+
+    def update(self, rec: Any, now: float | None = None) -> None:
+        """Read what the recorder appended since the last update and redraw."""
+        now = perf_counter() if now is None else now
+        self._t0 = rec.t0
+        self._read_new_rows(rec)
+        plotted = self._plotted_count()
+        history = self._history
+        history.append((now, plotted))
+        while len(history) > 2 and now - history[0][0] > RATE_WINDOW:
+            history.popleft()
+        steps_per_s = None
+        if len(history) > 1 and history[-1][0] > history[0][0]:
+            steps_per_s = (history[-1][1] - history[0][1]) / (history[-1][0] - history[0][0])
+        progress = keras_progress(sys._getframe(1))
+        self.widget.value = self._page(
+            self._body(rec, now - rec.t0, steps_per_s, progress, running=True)
+        )
+        self.updates += 1
+
+    def finish(self, rec: Any | None, error: BaseException | None) -> None:
+        """The last redraw: what was recorded, and how the run ended."""
+        if rec is not None:
+            with contextlib.suppress(Exception):
+                self._read_new_rows(rec)
+        end = "finished"
+        if isinstance(error, KeyboardInterrupt):
+            end = "interrupted"
+        elif error is not None:
+            end = f"stopped by {type(error).__name__}"
+        elapsed = perf_counter() - self._t0 if self._t0 is not None else None
+        with contextlib.suppress(Exception):
+            self.widget.value = self._page(
+                self._body(rec, elapsed, None, None, running=False, end=end)
+            )
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def _plotted_count(self) -> int:
+        steps = int(self._counts.sum() - self._counts[LOOP])
+        return steps if steps else int(self._counts[LOOP])
+
+    @staticmethod
+    def _page(body: str) -> str:
+        return f'<style>{STYLE}</style><div class="tfdiag-live">{body}</div>'
+
+    def _body(
+        self,
+        rec: Any,
+        elapsed: float | None,
+        steps_per_s: float | None,
+        progress: tuple[int, int] | None,
+        running: bool,
+        end: str = "",
+    ) -> str:
+        counts = ", ".join(
+            f"{name} {int(self._counts[i])}" for i, name in enumerate(PHASES) if self._counts[i]
+        )
+        state = "running" if running else end
+        rows = [
+            ("elapsed", seconds(elapsed) if elapsed is not None else "–"),
+            ("steps", counts or "none yet"),
+        ]
+        if running:
+            rows.append(("steps/s (last 3 s)", rate(steps_per_s)))
+        recent = seconds(self._recent_ms / 1e3) if self._recent_ms else "–"
+        rows.append(("step time (recent median)", recent))
+        rows.append(("memory", self._memory(rec)))
+        bar = ""
+        if progress is not None and running:
+            done, total = progress
+            eta = "–"
+            if steps_per_s and steps_per_s > 0:
+                eta = seconds((total - done) / steps_per_s)
+            rows.append(("fit", f"{done} / {total} training steps, ETA {eta}"))
+            bar = (
+                f'<div class="bar"><span style="width:{100 * done / max(total, 1):.1f}%">'
+                "</span></div>"
+            )
+        table = "".join(f"<tr><td class='muted'>{k}</td><td>{escape(v)}</td></tr>" for k, v in rows)
+        return (
+            f"<b>tfdiag_magic</b> <span class='muted'>({escape(state)})</span>"
+            f"<table>{table}</table>{bar}{self._sparkline()}"
+        )
+
+    @staticmethod
+    def _memory(rec: Any) -> str:
+        if rec is None:
+            return "–"
+        parts = []
+        rss = getattr(rec, "mem_rss", None)
+        if rss is not None and len(rss) and rss[-1] >= 0:
+            parts.append(f"host RSS {size(rss[-1])}")
+        for device, (current, _peak) in list(getattr(rec, "gpu_memory", {}).items()):
+            if len(current) and current[-1] >= 0:
+                parts.append(f"{device} {size(current[-1])}")
+        return ", ".join(parts) or "–"
+
+    def _sparkline(self) -> str:
+        buckets = self._steps if self._steps.count() else self._loops
+        if not buckets.lows:
+            return ""
+        lows = np.maximum(np.array(buckets.lows), 1e-7)
+        highs = np.maximum(np.array(buckets.highs), lows)
+        top, bottom = math.log10(highs.max()), math.log10(lows.min())
+        span = max(top - bottom, 1e-9)
+
+        def y(value: np.ndarray) -> np.ndarray:
+            return 2 + (SPARK_HEIGHT - 4) * (top - np.log10(value)) / span
+
+        step = SPARK_WIDTH / max(buckets.size, len(lows))
+        xs = (np.arange(len(lows)) + 0.5) * step
+        path = " ".join(
+            f"M{x:.1f} {y1:.1f}V{y2:.1f}"
+            for x, y1, y2 in zip(xs, y(highs), np.maximum(y(lows), y(highs) + 1), strict=True)
+        )
+        label = f"step time, {seconds(float(lows.min()))} – {seconds(float(highs.max()))} (log)"
+        return (
+            f'<svg width="{SPARK_WIDTH}" height="{SPARK_HEIGHT}" role="img" '
+            f'aria-label="{escape(label, quote=True)}">'
+            f'<path d="{path}" stroke="#3b82f6" stroke-width="{max(step * 0.8, 1):.1f}" '
+            'fill="none"/></svg>'
+            f'<div class="muted">{escape(label)}, over {buckets.count()} steps</div>'
+        )
+
+
+def keras_progress(frame: Any, depth: int = 12) -> tuple[int, int] | None:
+    """(training steps done, total) of the Keras ``fit`` whose batch has just ended, if any.
+
+    The recorder's callback runs inside the Keras probe's batch-end wrapper, whose frame holds
+    Keras' CallbackList (its ``params``: epochs and steps per epoch) and the batch index; the
+    epoch is the recorder's. Nothing is read where the total is unknown.
+    """
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "batch_end":
+            local = frame.f_locals
+            callbacks, batch = local.get("callbacks"), local.get("batch")
+            if local.get("phase_name") != "train" or not isinstance(batch, int):
+                return None
+            params = getattr(callbacks, "params", None) or {}
+            epochs, steps = params.get("epochs"), params.get("steps")
+            rec = local.get("rec")
+            epoch = getattr(rec, "keras_epoch", -1)
+            if not isinstance(epochs, int) or not isinstance(steps, int) or epoch < 0:
+                return None
+            return min(epoch * steps + batch + 1, epochs * steps), epochs * steps
+        frame = frame.f_back
+    return None

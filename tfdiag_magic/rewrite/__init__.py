@@ -11,9 +11,14 @@ from __future__ import annotations
 from .common import unified_diff
 from .eager import compile_eager_step
 from .numpy_batches import numpy_batches_to_dataset
+from .retracing import hoist_function, input_signature, reduce_retracing, scalars_to_tensors
 
 __all__ = [
     "compile_eager_step",
+    "hoist_function",
+    "input_signature",
     "numpy_batches_to_dataset",
+    "reduce_retracing",
+    "scalars_to_tensors",
     "unified_diff",
 ]

@@ -560,8 +560,19 @@ def insert_before(
         elif previous is not None:
             node = previous
         if isinstance(node, cst.FlattenSentinel):
-            return cst.FlattenSentinel([*new, *node.nodes])
-        return cst.FlattenSentinel([*new, node])
+            # Earlier insertions stay first; the original statement stays last.
+            nodes = list(node.nodes)
+            return cst.FlattenSentinel([*nodes[:-1], *new, nodes[-1]])
+        # Blank lines above the statement now go above the inserted code; comments stay.
+        leading = list(getattr(node, "leading_lines", []))
+        blank = 0
+        while blank < len(leading) and leading[blank].comment is None:
+            blank += 1
+        if not blank or not new:
+            return cst.FlattenSentinel([*new, node])
+        first = new[0].with_changes(leading_lines=[*leading[:blank], *new[0].leading_lines])
+        rest = node.with_changes(leading_lines=leading[blank:])
+        return cst.FlattenSentinel([first, *new[1:], rest])
 
     edits[statement] = edit
 

@@ -1,0 +1,373 @@
+"""Fixes for a tf.function that traces again and again.
+
+A tf.function traces a new graph for every new Python value of a scalar argument, every new
+input shape or dtype, and every new tf.function object. Four rewrites, one per cause:
+
+- `scalars_to_tensors`: at the call sites, wrap the named arguments in ``tf.constant(...)``, so a
+  changing Python number becomes a tensor of one shape and dtype (one trace).
+- `reduce_retracing`: ``@tf.function(reduce_retracing=True)``, so varying shapes generalise to
+  ``None`` dimensions after the first retrace.
+- `input_signature`: ``@tf.function(input_signature=[...])``: one trace for all inputs that fit.
+- `hoist_function`: a ``tf.function`` created inside a loop body (``g = tf.function(f)``, a
+  decorated ``def``, ``tf.function(lambda ...)``) moves before the loop when it does not depend
+  on anything the loop assigns, so one function object (and its traces) is reused.
+
+Limits: the function is found by name, as a ``def`` decorated with tf.function, as the target of
+``name = tf.function(...)`` or as the function passed to ``tf.function(name)``; call sites are
+calls of that exact (dotted) name. Arguments passed with ``*args``/``**kwargs`` are not touched.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from .common import (
+    Aliases,
+    Cell,
+    add_import,
+    aliases,
+    code_of,
+    dotted,
+    enclosing_loops,
+    find_kwarg,
+    import_alias,
+    insert_before,
+    loaded_names,
+    loop_body,
+    parse_expr,
+    positional_args,
+    remove,
+    replace,
+    rewrite_cell,
+    set_kwarg,
+    single_small,
+    stored_names,
+    walk,
+)
+from .eager import is_tf_function
+
+# --- finding the tf.function -------------------------------------------------------------------
+
+
+def _defs(module: cst.Module, name: str) -> list[cst.FunctionDef]:
+    return [n for n in walk(module) if isinstance(n, cst.FunctionDef) and n.name.value == name]
+
+
+def _tf_function_sites(
+    names: Aliases, module: cst.Module, function: str
+) -> list[tuple[cst.CSTNode, cst.FunctionDef | None]]:
+    """Where `function` becomes a tf.function: (decorator or ``tf.function(...)`` call, its def).
+
+    The def is the Python function traced, when the cell defines it.
+    """
+    sites: list[tuple[cst.CSTNode, cst.FunctionDef | None]] = []
+    for node in walk(module):
+        if isinstance(node, cst.FunctionDef) and node.name.value == function:
+            sites += [(d, node) for d in node.decorators if is_tf_function(names, d.decorator)]
+        elif isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+            call = node.value
+            if not is_tf_function(names, call) or not call.args or call.args[0].keyword:
+                continue
+            targets = {dotted(t.target) for t in node.targets}
+            wrapped = dotted(call.args[0].value)
+            if function in targets or wrapped == function:
+                defs = _defs(module, wrapped) if wrapped else []
+                sites.append((call, defs[0] if len(defs) == 1 else None))
+    return sites
+
+
+def _with_tf_function_kwarg(
+    names: Aliases, site: cst.CSTNode, name: str, value: cst.BaseExpression
+) -> object:
+    """An edit that sets keyword `name` on a tf.function decorator or call."""
+
+    def edit(node: cst.CSTNode) -> cst.CSTNode:
+        if isinstance(node, cst.Decorator):
+            expr = node.decorator
+            call = expr if isinstance(expr, cst.Call) else cst.Call(func=expr, args=[])
+            return node.with_changes(decorator=set_kwarg(call, name, value))
+        return set_kwarg(node, name, value)
+
+    return edit
+
+
+def _tf_call_of(site: cst.CSTNode) -> cst.Call | None:
+    expr = site.decorator if isinstance(site, cst.Decorator) else site
+    return expr if isinstance(expr, cst.Call) else None
+
+
+def _is_true(expr: cst.CSTNode | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+# --- reduce_retracing / input_signature --------------------------------------------------------
+
+
+def reduce_retracing(source: str, *, function: str) -> str | None:
+    """Add ``reduce_retracing=True`` to the tf.function of `function`."""
+
+    def transform(cell: Cell) -> cst.Module | None:
+        names = aliases(cell.module)
+        edits = {}
+        for site, _ in _tf_function_sites(names, cell.module, function):
+            call = _tf_call_of(site)
+            if call is not None:
+                current = find_kwarg(call, "reduce_retracing") or find_kwarg(
+                    call, "experimental_relax_shapes"
+                )
+                if current is not None and _is_true(current.value):
+                    continue
+            edits[site] = _with_tf_function_kwarg(names, site, "reduce_retracing", cst.Name("True"))
+        return replace(cell.module, edits) if edits else None
+
+    return rewrite_cell(source, transform)
+
+
+def input_signature(source: str, *, function: str, specs: list[str]) -> str | None:
+    """Add ``input_signature=[...]`` (from the spec expressions given) to `function`'s tf.function.
+
+    Specs are written with ``tf.``; they follow the cell's own alias for TensorFlow. None when
+    the function already has a signature, when the number of specs does not fit its positional
+    parameters, or when a spec does not parse.
+    """
+
+    def transform(cell: Cell) -> cst.Module | None:
+        module = cell.module
+        names = aliases(module)
+        found = import_alias(module, "tensorflow", "tf")
+        if found is None:
+            return None
+        tf, missing = found
+        try:
+            exprs = [_retarget_tf(parse_expr(spec), tf) for spec in specs]
+        except cst.ParserSyntaxError:
+            return None
+        if not exprs:
+            return None
+        signature = cst.List([cst.Element(e) for e in exprs])
+        if len(exprs) > 1:
+            signature = parse_expr("[" + ", ".join(code_of(e) for e in exprs) + "]")
+        edits = {}
+        for site, func in _tf_function_sites(names, module, function):
+            call = _tf_call_of(site)
+            if call is not None and find_kwarg(call, "input_signature") is not None:
+                return None
+            if func is not None and not _signature_fits(func, len(exprs)):
+                return None
+            edits[site] = _with_tf_function_kwarg(names, site, "input_signature", signature)
+        if not edits:
+            return None
+        module = replace(module, edits)
+        return add_import(module, "tensorflow", tf) if missing else module
+
+    return rewrite_cell(source, transform)
+
+
+def _signature_fits(func: cst.FunctionDef, count: int) -> bool:
+    """A signature of `count` specs covers the positional parameters without defaults."""
+    params = func.params
+    if (
+        isinstance(params.star_arg, cst.Param)
+        or params.star_kwarg is not None
+        or params.kwonly_params
+    ):
+        return False
+    positional = [*params.posonly_params, *params.params]
+    if positional and positional[0].name.value in ("self", "cls"):
+        positional = positional[1:]
+    required = [p for p in positional if p.default is None]
+    return len(required) <= count <= len(positional)
+
+
+def _retarget_tf(expr: cst.BaseExpression, tf: str) -> cst.BaseExpression:
+    if tf == "tf":
+        return expr
+
+    class Rename(cst.CSTTransformer):
+        def leave_Attribute(self, original, updated):  # noqa: N802 (libcst's naming)
+            if isinstance(updated.value, cst.Name) and updated.value.value == "tf":
+                return updated.with_changes(value=parse_expr(tf))
+            return updated
+
+    return expr.visit(Rename())
+
+
+# --- scalars_to_tensors -------------------------------------------------------------------------
+
+
+def scalars_to_tensors(source: str, *, function: str, arguments: list[str | int]) -> str | None:
+    """Wrap the given arguments of every call of `function` in ``tf.constant(...)``.
+
+    `arguments` name parameters (keyword name or 0-based position); with the function's def in
+    the cell a name also finds the argument passed by position, and a position the one passed
+    by keyword. Arguments already wrapped in ``tf.constant``/``tf.convert_to_tensor`` are left.
+    """
+
+    def transform(cell: Cell) -> cst.Module | None:
+        module = cell.module
+        names = aliases(module)
+        found = import_alias(module, "tensorflow", "tf")
+        if found is None:
+            return None
+        tf, missing = found
+        params = _parameters(names, module, function)
+        edits = {}
+        for node in walk(module):
+            if not isinstance(node, cst.Call) or dotted(node.func) != function:
+                continue
+            for arg in _selected_args(node, arguments, params):
+                if _already_tensor(names, arg.value):
+                    continue
+                wrapped = cst.Call(func=parse_expr(f"{tf}.constant"), args=[cst.Arg(arg.value)])
+                edits[arg] = lambda a, wrapped=wrapped: a.with_changes(value=wrapped)
+        if not edits:
+            return None
+        module = replace(module, edits)
+        return add_import(module, "tensorflow", tf) if missing else module
+
+    return rewrite_cell(source, transform)
+
+
+def _parameters(names: Aliases, module: cst.Module, function: str) -> list[str] | None:
+    """The positional parameter names of the Python function behind `function`, when known."""
+    candidates = _defs(module, function.split(".")[-1])
+    if not candidates:
+        for _, func in _tf_function_sites(names, module, function):
+            if func is not None:
+                candidates = [func]
+                break
+    if len(candidates) != 1:
+        return None
+    params = candidates[0].params
+    positional = [p.name.value for p in [*params.posonly_params, *params.params]]
+    if positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    return positional
+
+
+def _selected_args(call: cst.Call, arguments: list[str | int], params: list[str] | None):
+    positional = positional_args(call)
+    starred = any(a.star for a in call.args)
+    chosen: list[cst.Arg] = []
+    for wanted in arguments:
+        if isinstance(wanted, int):
+            index = wanted
+            keyword = params[wanted] if params is not None and wanted < len(params) else None
+        else:
+            keyword = wanted
+            index = params.index(wanted) if params is not None and wanted in params else None
+        arg = find_kwarg(call, keyword) if keyword is not None else None
+        if arg is None and index is not None and not starred and index < len(positional):
+            arg = positional[index]
+        if arg is not None and arg not in chosen:
+            chosen.append(arg)
+    return chosen
+
+
+def _already_tensor(names: Aliases, expr: cst.BaseExpression) -> bool:
+    if not isinstance(expr, cst.Call):
+        return False
+    return names.qualify(dotted(expr.func)) in (
+        "tensorflow.constant",
+        "tensorflow.convert_to_tensor",
+        "tensorflow.Variable",
+    )
+
+
+# --- hoist_function ------------------------------------------------------------------------------
+
+
+def hoist_function(source: str) -> str | None:
+    """Move tf.functions created inside loop bodies before the loop, when that is safe.
+
+    Safe means: what the function reads (its wrapped function, decorator arguments, defaults,
+    free names of its body) is not assigned anywhere in the loop, the name it binds is bound
+    nowhere else in the loop, and the loop does not read that name before the definition.
+    A function moves out of as many enclosing loops as this holds for.
+    """
+    return rewrite_cell(source, _hoist)
+
+
+def _hoist(cell: Cell) -> cst.Module | None:
+    names = aliases(cell.module)
+    edits: dict[cst.CSTNode, object] = {}
+    for statement in list(walk(cell.module)):
+        created = _created_function(names, statement)
+        if created is None:
+            continue
+        bound, reads = created
+        loops = enclosing_loops(cell, statement)
+        if not loops or cell.parent(statement) is not loops[0].body:
+            continue
+        if _read_before(loops[0], statement, bound):
+            continue
+        target = None
+        for loop in loops:
+            assigned = stored_names(_without(loop, statement))
+            if reads & assigned or bound in assigned:
+                break
+            target = loop
+        if target is None:
+            continue
+        remove(edits, [statement])
+        insert_before(edits, target, [statement])
+    return replace(cell.module, edits) if edits else None
+
+
+def _created_function(names: Aliases, statement: cst.CSTNode) -> tuple[str, set[str]] | None:
+    """(name bound, names read) for ``g = tf.function(...)`` or a def decorated with it."""
+    if isinstance(statement, cst.FunctionDef):
+        if not any(is_tf_function(names, d.decorator) for d in statement.decorators):
+            return None
+        return statement.name.value, _free_names(statement)
+    small = single_small(statement)
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+        and isinstance(small.value, cst.Call)
+        and is_tf_function(names, small.value)
+    ):
+        return small.targets[0].target.value, loaded_names(small.value)
+    return None
+
+
+def _free_names(func: cst.FunctionDef) -> set[str]:
+    """Names a def reads from outside: decorators, defaults and its body's non-local names."""
+    tree = ast.parse(code_of(func)).body[0]
+    local = {a.arg for a in ast.walk(tree.args) if isinstance(a, ast.arg)}
+    for node in tree.body:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                local.add(n.id)
+    reads = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            reads.add(n.id)
+    # Decorators and defaults are evaluated outside the function: always free.
+    outside = set()
+    for expr in [*tree.decorator_list, *tree.args.defaults, *tree.args.kw_defaults]:
+        if expr is not None:
+            outside |= {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    return (reads - local) | outside
+
+
+def _without(loop: cst.CSTNode, statement: cst.CSTNode) -> cst.CSTNode:
+    """`loop` with `statement` (somewhere in its body) taken out."""
+
+    class Drop(cst.CSTTransformer):
+        def on_leave(self, original, updated):
+            return cst.RemovalSentinel.REMOVE if original is statement else updated
+
+    return loop.visit(Drop())
+
+
+def _read_before(loop: cst.CSTNode, statement: cst.CSTNode, name: str) -> bool:
+    for other in loop_body(loop):
+        if other is statement:
+            return False
+        if name in loaded_names(other):
+            return True
+    return False

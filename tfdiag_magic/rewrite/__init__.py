@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from .common import unified_diff
 from .eager import compile_eager_step
+from .keras_loops import compile_once, fit_once, predict_in_loop
 from .numpy_batches import numpy_batches_to_dataset
 from .retracing import hoist_function, input_signature, reduce_retracing, scalars_to_tensors
 
 __all__ = [
     "compile_eager_step",
+    "compile_once",
+    "fit_once",
     "hoist_function",
     "input_signature",
     "numpy_batches_to_dataset",
+    "predict_in_loop",
     "reduce_retracing",
     "scalars_to_tensors",
     "unified_diff",

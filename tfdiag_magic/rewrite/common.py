@@ -252,8 +252,17 @@ def remove_args(call: cst.Call, doomed: Iterable[cst.Arg]) -> cst.Call:
     args = list(call.args)
     kept = [a for a in args if id(a) not in doomed_ids]
     if kept and id(args[-1]) in doomed_ids:
-        # The new last argument takes the comma (trailing or none) of the old last one.
-        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+        # The new last argument takes the comma (trailing or none) of the old last one, less
+        # the comment that was about the argument removed.
+        comma = args[-1].comma
+        if isinstance(comma, cst.Comma) and isinstance(
+            comma.whitespace_after, cst.ParenthesizedWhitespace
+        ):
+            after = comma.whitespace_after
+            comma = comma.with_changes(
+                whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace())
+            )
+        kept[-1] = kept[-1].with_changes(comma=comma)
     return call.with_changes(args=kept)
 
 
@@ -678,3 +687,38 @@ def loads_after(cell: Cell, names: Iterable[str], node: cst.CSTNode) -> set[str]
         and n.id in wanted
         and n.lineno > last
     }
+
+
+def without(node: cst.CSTNode, statement: cst.CSTNode) -> cst.CSTNode:
+    """`node` with `statement` (somewhere below it) taken out."""
+
+    class Drop(cst.CSTTransformer):
+        def on_leave(self, original, updated):
+            return cst.RemovalSentinel.REMOVE if original is statement else updated
+
+    return node.visit(Drop())
+
+
+def hoist_target(
+    cell: Cell, statement: cst.CSTNode, reads: set[str], binds: set[str]
+) -> Loop | None:
+    """The outermost loop that `statement` (directly in a loop body) can move in front of.
+
+    It can leave a loop when nothing else in that loop assigns a name it reads or binds, and
+    (for the innermost loop) the loop reads none of the names it binds before it runs.
+    """
+    loops = enclosing_loops(cell, statement)
+    if not loops or cell.parent(statement) is not loops[0].body:
+        return None
+    for other in loop_body(loops[0]):
+        if other is statement:
+            break
+        if binds & loaded_names(other):
+            return None
+    target = None
+    for loop in loops:
+        assigned = stored_names(without(loop, statement))
+        if (reads | binds) & assigned:
+            break
+        target = loop
+    return target

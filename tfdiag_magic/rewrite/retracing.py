@@ -30,12 +30,11 @@ from .common import (
     aliases,
     code_of,
     dotted,
-    enclosing_loops,
     find_kwarg,
+    hoist_target,
     import_alias,
     insert_before,
     loaded_names,
-    loop_body,
     parse_expr,
     positional_args,
     remove,
@@ -43,7 +42,6 @@ from .common import (
     rewrite_cell,
     set_kwarg,
     single_small,
-    stored_names,
     walk,
 )
 from .eager import is_tf_function
@@ -298,17 +296,7 @@ def _hoist(cell: Cell) -> cst.Module | None:
         if created is None:
             continue
         bound, reads = created
-        loops = enclosing_loops(cell, statement)
-        if not loops or cell.parent(statement) is not loops[0].body:
-            continue
-        if _read_before(loops[0], statement, bound):
-            continue
-        target = None
-        for loop in loops:
-            assigned = stored_names(_without(loop, statement))
-            if reads & assigned or bound in assigned:
-                break
-            target = loop
+        target = hoist_target(cell, statement, reads, {bound})
         if target is None:
             continue
         remove(edits, [statement])
@@ -352,22 +340,3 @@ def _free_names(func: cst.FunctionDef) -> set[str]:
         if expr is not None:
             outside |= {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
     return (reads - local) | outside
-
-
-def _without(loop: cst.CSTNode, statement: cst.CSTNode) -> cst.CSTNode:
-    """`loop` with `statement` (somewhere in its body) taken out."""
-
-    class Drop(cst.CSTTransformer):
-        def on_leave(self, original, updated):
-            return cst.RemovalSentinel.REMOVE if original is statement else updated
-
-    return loop.visit(Drop())
-
-
-def _read_before(loop: cst.CSTNode, statement: cst.CSTNode, name: str) -> bool:
-    for other in loop_body(loop):
-        if other is statement:
-            return False
-        if name in loaded_names(other):
-            return True
-    return False

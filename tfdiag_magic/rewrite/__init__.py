@@ -8,15 +8,19 @@ returned. A leading ``%%tfprofile`` line is kept as it is.
 
 from __future__ import annotations
 
+from .clear_session import clear_session_in_loop
 from .common import unified_diff
+from .detach import detach_appends
 from .eager import compile_eager_step
 from .keras_loops import compile_once, fit_once, predict_in_loop
 from .numpy_batches import numpy_batches_to_dataset
 from .retracing import hoist_function, input_signature, reduce_retracing, scalars_to_tensors
 
 __all__ = [
+    "clear_session_in_loop",
     "compile_eager_step",
     "compile_once",
+    "detach_appends",
     "fit_once",
     "hoist_function",
     "input_signature",

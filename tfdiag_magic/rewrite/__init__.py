@@ -13,10 +13,13 @@ from .common import unified_diff
 from .detach import detach_appends
 from .eager import compile_eager_step
 from .keras_loops import compile_once, fit_once, predict_in_loop
+from .memory_growth import MEMORY_GROWTH_CELL, memory_growth_first
+from .mixed_precision import mixed_precision
 from .numpy_batches import numpy_batches_to_dataset
 from .retracing import hoist_function, input_signature, reduce_retracing, scalars_to_tensors
 
 __all__ = [
+    "MEMORY_GROWTH_CELL",
     "clear_session_in_loop",
     "compile_eager_step",
     "compile_once",
@@ -24,6 +27,8 @@ __all__ = [
     "fit_once",
     "hoist_function",
     "input_signature",
+    "memory_growth_first",
+    "mixed_precision",
     "numpy_batches_to_dataset",
     "predict_in_loop",
     "reduce_retracing",

@@ -30,6 +30,7 @@ class FunctionEntry:
     """
 
     __slots__ = (
+        "batch",
         "calls",
         "inspected",
         "keras_internal",
@@ -50,6 +51,7 @@ class FunctionEntry:
         )
         self.keras_internal = module.startswith("keras.")
         self.calls = 0
+        self.batch = float("nan")  # batch size seen on the first call with one
         self.traces_before = self.last_count = _tracing_count(function)
         self.updates = False
         self.inspected = False
@@ -236,7 +238,11 @@ class TFFunctionProbe:
                     if len(traces) != traced_before:
                         entry.last_count = _tracing_count(function)
             wait = rec.take_wait()
-            host, batch = inspect_inputs(args, kwargs)
+            host, batch = inspect_inputs(args, kwargs, entry.batch != entry.batch)
+            if batch == 0.0:
+                batch = entry.batch
+            else:
+                entry.batch = batch
             rec.top_function = function
             rec.step_depth += 1
             start = perf_counter()

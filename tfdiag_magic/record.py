@@ -109,6 +109,7 @@ class KerasCall:
     layers: int = 0
     data_time: float = float("nan")  # seconds a Python generator took to make the batches
     data_items: int = 0  # batches the generator made
+    data_alone: float = float("nan")  # seconds per batch of the dataset iterated alone, after
 
 
 @dataclass

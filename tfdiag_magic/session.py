@@ -92,6 +92,7 @@ class Session:
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
             self._facts = _environment_facts(tf, gpus)
             self._function_probe = TFFunctionProbe()
+            self._keras_probe = KerasProbe()
             self._gc_probe = GCProbe()
             self._nvml = NVMLSampler(self.options.nvml_interval) if self.options.nvml else None
             probes: list[Probe] = [
@@ -100,7 +101,7 @@ class Session:
                 self._gc_probe,
                 self._function_probe,
                 OptimizerProbe(),
-                KerasProbe(),
+                self._keras_probe,
                 KerasModelProbe(),
                 DeviceConfigProbe(),
                 HostConversionProbe(),
@@ -170,6 +171,9 @@ class Session:
             record.nvml = self._nvml.table()
         facts = dict(self._facts)
         facts["nvml"] = self._nvml.status if self._nvml is not None else "off"
+        for index, dataset in self._keras_probe.datasets:
+            record.keras_calls[index].data_alone = _time_dataset_alone(dataset)
+        self._keras_probe.datasets.clear()
         conversion = _conversion_cost(record)
         if conversion is not None:
             facts["host_conversion_s"] = conversion
@@ -204,6 +208,34 @@ def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
         "gpu": _gpu_facts(tf),
         "threads": threading.active_count(),
     }
+
+
+DATASET_TIMING_SECONDS = 1.0
+
+
+def _time_dataset_alone(dataset: Any) -> float:
+    """Seconds per batch the dataset takes to produce batches on its own, after the run.
+
+    The first batch (iterator start, shuffle buffer fill) is not counted; the timing stops
+    after DATASET_TIMING_SECONDS or 50 batches, and NaN means it could not be measured.
+    """
+    try:
+        iterator = iter(dataset)
+        next(iterator)
+    except Exception:
+        return float("nan")
+    start = perf_counter()
+    count = 0
+    try:
+        while count < 50 and perf_counter() - start < DATASET_TIMING_SECONDS:
+            next(iterator)
+            count += 1
+    except StopIteration:
+        pass
+    except Exception:
+        return float("nan")
+    elapsed = perf_counter() - start
+    return elapsed / count if count else float("nan")
 
 
 def _conversion_cost(record: Record) -> float | None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..findings import Finding
-from ..record import Record
+from ..record import PHASES, Record
 from ..views.units import rate, seconds, share
 from .evidence import (
     first_rewrite,
@@ -27,7 +27,9 @@ A large share of the training time is spent waiting for the next batch: the inpu
 cannot keep up with the model. Measured two ways:
 - in the cell's own loops (`for x, y in dataset:`), the time each `next()` took before a step;
 - for `fit`/`evaluate`/`predict` on a Python generator, the time the generator took to make
-  its batches, against the time of the steps that consumed them.
+  its batches, against the time of the steps that consumed them;
+- for `fit` on a `tf.data` dataset, the time per batch of the same dataset iterated on its own
+  right after the run (at most 1 s, 50 batches), against the median training step.
 
 ## Why it hurts
 The model (and the GPU, if there is one) idles while Python or the pipeline makes the next
@@ -52,18 +54,24 @@ replace `py_function` and generators with TensorFlow ops where possible.
 ## Threshold
 Waiting for input is at least 20% of the steady training time (wait + step), and at least
 0.2 s in all. 20% is TensorBoard's profiler threshold for calling a program "highly
-input-bound" (its input-pipeline analyser; 5–20% it calls "moderately"). For a generator given
-to Keras, which tf.data runs on its own thread, making the batches must take at least 80% of
-the steps' time: below that the generator can run ahead and the step is the bottleneck.
+input-bound" (its input-pipeline analyser; 5–20% it calls "moderately"). For a generator or a
+dataset given to Keras, which tf.data runs on its own threads, making a batch must take at
+least 80% of a step's time: below that the input can run ahead and the step is the
+bottleneck.
 """
 
 MIN_SHARE = 0.2
 MIN_WAIT = 0.2
 MIN_GENERATOR_SHARE = 0.8
+TRAIN = PHASES.index("train")
 
 
 def check(record: Record, source: str | None) -> Finding | None:
-    return _loop_waits(record, source) or _keras_generator(record, source)
+    return (
+        _loop_waits(record, source)
+        or _keras_generator(record, source)
+        or _keras_dataset(record, source)
+    )
 
 
 def _loop_waits(record: Record, source: str | None) -> Finding | None:
@@ -153,5 +161,54 @@ def _keras_generator(record: Record, source: str | None) -> Finding | None:
         " `num_parallel_calls`), or at least `tf.data.Dataset.from_generator(...).prefetch()`.",
         evidence=evidence,
         impact=best.data_time,
+    )
+    return with_rewrite(finding, source, first_rewrite(source, ("tune_input_pipeline", {})))
+
+
+def _keras_dataset(record: Record, source: str | None) -> Finding | None:
+    """A dataset given to fit that, iterated alone after the run, makes batches about as
+    slowly as training consumed them: the pipeline, not the model, set the pace."""
+    steps = record.steps
+    best = None
+    for call in record.keras_calls:
+        if call.api != "fit" or math.isnan(call.data_alone) or call.steps < 5:
+            continue
+        inside = (steps["start"] >= call.start) & (steps["start"] <= call.start + call.duration)
+        rows = steady_rows(record, np.flatnonzero(inside & (steps["phase"] == TRAIN)))
+        if rows.size < 3:
+            continue
+        step = float(np.median(steps["duration"][rows] / np.maximum(steps["fused"][rows], 1)))
+        total = float(steps["duration"][rows].sum())
+        slow = step > 0 and call.data_alone >= MIN_GENERATOR_SHARE * step and total >= MIN_WAIT
+        if slow and (best is None or call.data_alone / step > best[1]):
+            best = (call, call.data_alone / step, step)
+    if best is None:
+        return None
+    call, ratio, step = best
+    evidence = {
+        "api": "fit",
+        "dataset_alone_s_per_batch": rounded(call.data_alone),
+        "median_step_s": rounded(step),
+        "ratio": rounded(ratio, 3),
+        "input_batches_per_s": rounded(1 / call.data_alone),
+        "training_steps_per_s": rounded(1 / step),
+    }
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=(
+            f"The dataset given to fit makes a batch in {seconds(call.data_alone)};"
+            f" a training step takes {seconds(step)}"
+        ),
+        detail=(
+            f"Iterated on its own after the run, the input pipeline delivered"
+            f" {rate(1 / call.data_alone)} batches/s; training ran at {rate(1 / step)} steps/s."
+            " The pipeline is as slow as the training it feeds, so it sets the pace."
+        ),
+        fix="Parallelise and overlap the pipeline: `map(..., num_parallel_calls=tf.data.AUTOTUNE)`,"
+        " `cache()` deterministic work, `prefetch(tf.data.AUTOTUNE)`; replace `py_function`"
+        " with TensorFlow ops where possible.",
+        evidence=evidence,
+        impact=float(call.data_alone * call.steps),
     )
     return with_rewrite(finding, source, first_rewrite(source, ("tune_input_pipeline", {})))

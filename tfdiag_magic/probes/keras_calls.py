@@ -79,6 +79,8 @@ class KerasProbe:
         self._open: tuple[int, int, float, float] | None = None  # phase, begin batch, start, cb
         self._timed_lists: set[int] = set()
         self._timed_callbacks: list[tuple[Any, str]] = []
+        # Datasets given to fit, kept until the session has timed them alone (see session).
+        self.datasets: list[tuple[int, Any]] = []
         owner = defining_class(keras.Model, "compile")
         self._patcher.replace(owner, "compile", self._compile(rec, vars(owner)["compile"]))
         for name in _DRIVERS:
@@ -236,6 +238,8 @@ class KerasProbe:
                 rec.driver_depth -= 1
                 if top:
                     probe._add_call(rec, name, model, start, first_row, data, timer)
+                    if name == "fit" and data_kind(data) == "dataset" and len(probe.datasets) < 3:
+                        probe.datasets.append((len(rec.keras_calls) - 1, data))
                     probe._untime_callbacks()
                 rec.driver_eager, rec.keras_epoch, probe._open, rec.keras_batch = saved
 

@@ -18,7 +18,7 @@ from . import active
 from .code_runner import prepare, run
 from .result import ProfileResult
 
-_VALUE_OPTIONS = {"-o", "--output", "--json", "--html", "--memory-interval"}
+_VALUE_OPTIONS = {"-o", "--output", "--json", "--html", "--memory-interval", "--explain"}
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -54,6 +54,11 @@ class TFProfileMagics(Magics):
         "--quiet",
         action="store_true",
         help="do not show the report (the cell's own output and value are unaffected)",
+    )
+    @argument(
+        "--explain",
+        metavar="CODE",
+        help="print the documentation of a finding code (e.g. retracing) and run nothing",
     )
     @argument("--json", metavar="PATH", help="also write the JSON report (schema 1) to PATH")
     @argument("--html", metavar="PATH", help="also write a self-contained HTML report to PATH")
@@ -99,6 +104,14 @@ class TFProfileMagics(Magics):
         else:
             option_text, code = line, cell
         args = parse_argstring(self.tfprofile, option_text)
+        if args.explain:
+            from .diagnose import UnknownCodeError, explain
+
+            try:
+                print(explain(args.explain))
+            except UnknownCodeError as exc:
+                raise UsageError(str(exc)) from None
+            return None
         if args.output is not None and (
             not args.output.isidentifier() or keyword.iskeyword(args.output)
         ):

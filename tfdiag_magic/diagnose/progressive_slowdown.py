@@ -38,8 +38,8 @@ that grow each step.
 ## Threshold
 At least 50 steady steps of one phase; the median of the last tenth at least 1.5 times the
 median of the first tenth and at least 0.5 ms slower; and the medians of ten consecutive
-windows rising (Spearman rank correlation ≥ 0.8), so that noise from a busy machine, which we
-measured as swings of up to ±30% between windows on this 2-CPU machine, does not trigger it.
+windows rising (Spearman rank correlation ≥ 0.8): a busy machine (other processes sharing
+the CPUs) makes some windows slower, but not every window slower than the one before.
 """
 
 MIN_STEPS = 50

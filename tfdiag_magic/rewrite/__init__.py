@@ -8,6 +8,8 @@ returned. A leading ``%%tfprofile`` line is kept as it is.
 
 from __future__ import annotations
 
+from .accumulation import gradient_accumulation
+from .batch_size import larger_batch, steps_per_execution
 from .clear_session import clear_session_in_loop
 from .common import unified_diff
 from .detach import detach_appends
@@ -25,13 +27,16 @@ __all__ = [
     "compile_once",
     "detach_appends",
     "fit_once",
+    "gradient_accumulation",
     "hoist_function",
     "input_signature",
+    "larger_batch",
     "memory_growth_first",
     "mixed_precision",
     "numpy_batches_to_dataset",
     "predict_in_loop",
     "reduce_retracing",
     "scalars_to_tensors",
+    "steps_per_execution",
     "unified_diff",
 ]

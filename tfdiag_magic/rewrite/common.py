@@ -559,8 +559,14 @@ def insert_before(
     edits: dict[cst.CSTNode, object],
     statement: cst.CSTNode,
     new: Sequence[cst.BaseStatement],
+    *,
+    copy_blank_lines: bool = False,
 ) -> None:
-    """Record an edit that puts `new` statements before `statement` (composes with others)."""
+    """Record an edit that puts `new` statements before `statement` (composes with others).
+
+    Blank lines above `statement` move above the new code (`copy_blank_lines`: they are
+    repeated, so the new code is set apart from it as well).
+    """
     previous = edits.get(statement)
 
     def edit(node):
@@ -580,7 +586,7 @@ def insert_before(
         if not blank or not new:
             return cst.FlattenSentinel([*new, node])
         first = new[0].with_changes(leading_lines=[*leading[:blank], *new[0].leading_lines])
-        rest = node.with_changes(leading_lines=leading[blank:])
+        rest = node if copy_blank_lines else node.with_changes(leading_lines=leading[blank:])
         return cst.FlattenSentinel([first, *new[1:], rest])
 
     edits[statement] = edit

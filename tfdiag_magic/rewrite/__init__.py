@@ -18,6 +18,7 @@ from .keras_loops import compile_once, fit_once, predict_in_loop
 from .memory_growth import MEMORY_GROWTH_CELL, memory_growth_first
 from .mixed_precision import mixed_precision
 from .numpy_batches import numpy_batches_to_dataset
+from .pipeline import tune_input_pipeline
 from .retracing import hoist_function, input_signature, reduce_retracing, scalars_to_tensors
 
 __all__ = [
@@ -38,5 +39,6 @@ __all__ = [
     "reduce_retracing",
     "scalars_to_tensors",
     "steps_per_execution",
+    "tune_input_pipeline",
     "unified_diff",
 ]

@@ -1,0 +1,226 @@
+"""tf.data chains that run their preprocessing one element at a time, without overlap.
+
+- ``.map(f)`` and ``.interleave(f, ...)`` without ``num_parallel_calls`` get
+  ``num_parallel_calls=tf.data.AUTOTUNE`` (output order is kept: ``deterministic`` stays at its
+  default).
+- The chain that builds the dataset used for training (passed to ``fit`` or iterated by a
+  ``for`` loop) gets ``.prefetch(tf.data.AUTOTUNE)`` at its end when it has no prefetch.
+
+Recent TensorFlow releases already parallelise stateless map functions and add a final prefetch
+through tf.data's default optimisations; the explicit options matter with those optimisations
+off, with stateful or ``py_function`` maps, and on older releases, and say what is intended.
+``.cache()`` is never added: after a random augmentation it would freeze the augmentation, and
+whether the data fits in memory is not known here.
+
+A chain is recognised when it starts at ``tf.data.…``, at a Keras ``*_dataset_from_*``
+utility, at ``tfds.load`` or at a name assigned from such a chain.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .common import (
+    Aliases,
+    Cell,
+    add_import,
+    aliases,
+    dotted,
+    find_kwarg,
+    import_alias,
+    method_name,
+    parse_expr,
+    positional_args,
+    replace,
+    rewrite_cell,
+    set_kwarg,
+    single_small,
+    walk,
+)
+
+# Positional index of num_parallel_calls in each method.
+_PARALLEL_POSITION = {"map": 1, "interleave": 3}
+
+
+def tune_input_pipeline(source: str) -> str | None:
+    """Parallel map/interleave and a final prefetch in the cell's tf.data chains."""
+    return rewrite_cell(source, _rewrite)
+
+
+def _chain_root(names: Aliases, expr: cst.CSTNode) -> cst.CSTNode:
+    """Where a method chain starts: its source call, or the name it continues."""
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and not _is_source(names, expr)
+    ):
+        expr = expr.func.value
+    return expr
+
+
+def _is_source(names: Aliases, expr: cst.CSTNode) -> bool:
+    if not isinstance(expr, cst.Call):
+        return False
+    name = dotted(expr.func)
+    qualified = names.qualify(name) or ""
+    if qualified.startswith("tensorflow.data.") or qualified == "tensorflow_datasets.load":
+        return True
+    keras_name = names.keras_name(name) or ""
+    return "_dataset_from_" in keras_name
+
+
+def _dataset_names(names: Aliases, module: cst.Module) -> set[str]:
+    """Names the cell assigns from tf.data chains (also through other such names)."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in walk(module):
+            if (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Name)
+                and node.targets[0].target.value not in found
+                and _is_chain(names, node.value, found)
+            ):
+                found.add(node.targets[0].target.value)
+                changed = True
+    return found
+
+
+def _is_chain(names: Aliases, expr: cst.CSTNode, datasets: set[str]) -> bool:
+    root = _chain_root(names, expr)
+    if isinstance(root, cst.Name):
+        return root.value in datasets
+    return _is_source(names, root)
+
+
+def _chain_calls(names: Aliases, expr: cst.CSTNode, datasets: set[str]) -> list[cst.Call]:
+    """The method calls of a dataset chain, outermost first."""
+    calls = []
+    current = expr
+    while isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute):
+        if _is_source(names, current):
+            break
+        calls.append(current)
+        current = current.func.value
+    return calls
+
+
+def _rewrite(cell: Cell) -> cst.Module | None:
+    module = cell.module
+    names = aliases(module)
+    datasets = _dataset_names(names, module)
+    found = import_alias(module, "tensorflow", "tf")
+    if found is None:
+        return None
+    tf, missing = found
+    autotune = parse_expr(f"{tf}.data.AUTOTUNE")
+    edits: dict[cst.CSTNode, object] = {}
+
+    # Parallel map / interleave.
+    for node in walk(module):
+        method = method_name(node)
+        if method not in _PARALLEL_POSITION or not _is_chain(names, node.func.value, datasets):
+            continue
+        if find_kwarg(node, "num_parallel_calls") is not None:
+            continue
+        if len(positional_args(node)) > _PARALLEL_POSITION[method] or any(
+            a.star for a in node.args
+        ):
+            continue
+        edits[node] = lambda call: set_kwarg(call, "num_parallel_calls", autotune)
+
+    # A final prefetch on the chain that feeds training.
+    for chain in _training_chains(cell, names, datasets):
+        calls = _chain_calls(names, chain, datasets)
+        if any(method_name(c) == "prefetch" for c in calls):
+            continue
+        edits[chain] = _append_prefetch(edits.get(chain), autotune)
+
+    if not edits:
+        return None
+    module = replace(module, edits)
+    return add_import(module, "tensorflow", tf) if missing else module
+
+
+def _append_prefetch(previous: object, autotune: cst.BaseExpression):
+    def edit(node: cst.Call) -> cst.Call:
+        if callable(previous):
+            node = previous(node)
+        dot = cst.Dot()
+        if isinstance(node.func, cst.Attribute):
+            # The chain's own layout (same line or one method per line), without the comment
+            # that ends the line before.
+            dot = node.func.dot
+            before = dot.whitespace_before
+            if isinstance(before, cst.ParenthesizedWhitespace):
+                dot = dot.with_changes(
+                    whitespace_before=before.with_changes(
+                        first_line=cst.TrailingWhitespace(), empty_lines=[]
+                    )
+                )
+        inner = node.with_changes(lpar=[], rpar=[])
+        return cst.Call(
+            func=cst.Attribute(value=inner, dot=dot, attr=cst.Name("prefetch")),
+            args=[cst.Arg(autotune)],
+            lpar=node.lpar,
+            rpar=node.rpar,
+        )
+
+    return edit
+
+
+def _training_chains(cell: Cell, names: Aliases, datasets: set[str]) -> list[cst.Call]:
+    """The chain expressions that build what ``fit`` trains on or a ``for`` loop iterates."""
+    module = cell.module
+    used: list[cst.CSTNode] = []
+    for node in walk(module):
+        if method_name(node) == "fit":
+            arg = find_kwarg(node, "x")
+            positional = positional_args(node)
+            arg = arg or (positional[0] if positional else None)
+            if arg is not None:
+                used.append(arg.value)
+        elif isinstance(node, cst.For):
+            iterated = node.iter
+            if (
+                isinstance(iterated, cst.Call)
+                and dotted(iterated.func) == "enumerate"
+                and iterated.args
+            ):
+                iterated = iterated.args[0].value
+            used.append(iterated)
+    chains: list[cst.Call] = []
+    for value in used:
+        if isinstance(value, cst.Call) and _is_chain(names, value, datasets):
+            chains.append(value)
+        elif isinstance(value, cst.Name) and value.value in datasets:
+            chain = _last_top_level_assignment(module, value.value)
+            if chain is not None and chain not in chains:
+                chains.append(chain)
+    return [c for c in chains if isinstance(c, cst.Call)]
+
+
+def _last_top_level_assignment(module: cst.Module, name: str) -> cst.CSTNode | None:
+    """The value of the last top-level ``name = ...``, when every binding of `name` is one."""
+    values = []
+    for statement in module.body:
+        small = single_small(statement)
+        if (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and small.targets[0].target.value == name
+        ):
+            values.append(small.value)
+    bindings = sum(
+        1
+        for n in walk(module)
+        if isinstance(n, cst.AssignTarget | cst.For)
+        and isinstance(getattr(n, "target", None), cst.Name)
+        and n.target.value == name
+    )
+    if not values or bindings != len(values):
+        return None
+    return values[-1]

@@ -20,6 +20,7 @@ from .mixed_precision import mixed_precision
 from .numpy_batches import numpy_batches_to_dataset
 from .pipeline import tune_input_pipeline
 from .retracing import hoist_function, input_signature, reduce_retracing, scalars_to_tensors
+from .vectorise import vectorise_element_loop
 
 __all__ = [
     "MEMORY_GROWTH_CELL",
@@ -41,4 +42,5 @@ __all__ = [
     "steps_per_execution",
     "tune_input_pipeline",
     "unified_diff",
+    "vectorise_element_loop",
 ]

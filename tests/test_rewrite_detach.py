@@ -76,3 +76,31 @@ def test_keras_histories_and_host_values_are_left_alone():
 """
     assert detach_appends(assigned_elsewhere) is None
     assert detach_appends("for a in b:\n    losses.append(float(loss_fn(a)))\n") is None
+
+
+EAGER_KERAS_CELL = """import keras
+import numpy as np
+import tensorflow as tf
+
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+opt = keras.optimizers.SGD(0.01)
+history = []
+for epoch in range(2):
+    epoch_loss = 0.0
+    for xb in np.ones((4, 3, 2), "float32"):  # four batches of three
+        with tf.GradientTape() as tape:
+            step_loss = keras.ops.mean(model(xb) ** 2)
+        opt.apply(tape.gradient(step_loss, model.trainable_variables), model.trainable_variables)
+        epoch_loss += step_loss  # grows a chain of tensor additions
+    history.append(epoch_loss)
+"""
+
+
+def test_nested_eager_loop_total_is_detached_where_it_is_assigned():
+    out = detach_appends(EAGER_KERAS_CELL)
+    assert out is not None
+    assert "        epoch_loss += float(step_loss)  # grows a chain of tensor additions" in out
+    # `epoch_loss` is not assigned from a call in its loop: appending it needs no change.
+    assert "    history.append(epoch_loss)\n" in out
+    ns = execute(out)
+    assert [type(v) for v in ns["history"]] == [float, float]

@@ -8,7 +8,7 @@ from tfdiag_magic.rewrite import numpy_batches_to_dataset
 
 from .test_rewrite_common import assert_compiles, execute
 
-TRAIN_ON_BATCH = """# Train by hand, batch by batch
+TRAIN_ON_BATCH_CELL = """# Train by hand, batch by batch
 import numpy as np
 import tensorflow as tf
 
@@ -33,7 +33,7 @@ for epoch in range(2):
     print("epoch", epoch)
 """
 
-CUSTOM_STEP = """%%tfprofile -q
+CUSTOM_STEP_CELL = """%%tfprofile -q
 import numpy as np
 import tensorflow as tf
 import keras
@@ -70,7 +70,7 @@ for epoch in range(2):
 
 
 def test_train_on_batch_loop_becomes_one_fit_with_shuffle():
-    out = numpy_batches_to_dataset(TRAIN_ON_BATCH)
+    out = numpy_batches_to_dataset(TRAIN_ON_BATCH_CELL)
     assert out is not None
     assert_compiles(out)
     assert "model.fit(dataset, epochs=2)" in out
@@ -82,7 +82,7 @@ def test_train_on_batch_loop_becomes_one_fit_with_shuffle():
     assert "batch_size = 16  # small on purpose" in out
     assert "# two passes over the data\ndataset = (" in out
 
-    before = execute(TRAIN_ON_BATCH)
+    before = execute(TRAIN_ON_BATCH_CELL)
     after = execute(out)
     # The same number of optimizer steps: ceil(100 / 16) batches in each of 2 epochs.
     assert int(before["model"].optimizer.iterations) == 14
@@ -90,7 +90,7 @@ def test_train_on_batch_loop_becomes_one_fit_with_shuffle():
 
 
 def test_custom_step_keeps_the_loops_and_trains_identically():
-    out = numpy_batches_to_dataset(CUSTOM_STEP)
+    out = numpy_batches_to_dataset(CUSTOM_STEP_CELL)
     assert out is not None
     assert out.startswith("%%tfprofile -q\n")
     assert_compiles(out)
@@ -100,7 +100,7 @@ def test_custom_step_keeps_the_loops_and_trains_identically():
     assert "start" not in out.split("n_steps =")[1]
     assert "loss = train_step(xb, yb)" in out
 
-    before = execute(CUSTOM_STEP)
+    before = execute(CUSTOM_STEP_CELL)
     after = execute(out)
     # Same batches in the same order: the same number of steps and the same weights.
     assert int(before["calls"].numpy()) == int(after["calls"].numpy()) == 6

@@ -118,3 +118,15 @@ def test_arguments_are_removed_and_set_with_tidy_commas():
     assert common.code_of(common.set_kwarg(cst.parse_expression("g()"), "k", cst.Integer("1"))) == (
         "g(k=1)"
     )
+
+
+def test_appended_keyword_follows_the_calls_layout():
+    def added(source: str) -> str:
+        return common.code_of(common.set_kwarg(cst.parse_expression(source), "k", cst.Integer("8")))
+
+    assert added("f(\n    a\n)") == "f(\n    a,\n    k=8\n)"
+    aligned = "m.compile(optimizer='adam',\n          loss='mse',  # why\n          metrics=[])"
+    assert added(aligned) == (
+        "m.compile(optimizer='adam',\n          loss='mse',  # why\n          metrics=[],\n"
+        "          k=8)"
+    )

@@ -282,21 +282,35 @@ def set_kwarg(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     if not args:
         return call.with_changes(args=[new_arg])
     last = args[-1]
+    between = _comma_between(call, args)
     if isinstance(last.comma, cst.Comma):
         # A trailing comma (usually one argument per line): the new one follows the same style.
         new_arg = new_arg.with_changes(comma=last.comma)
-        args[-1] = last.with_changes(comma=_comma_like(args))
-    else:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    # Whatever stood between the last argument and ")" now follows the new one.
+    new_arg = new_arg.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+    args[-1] = last.with_changes(comma=between, whitespace_after_arg=cst.SimpleWhitespace(""))
     return call.with_changes(args=[*args, new_arg])
 
 
-def _comma_like(args: list[cst.Arg]) -> cst.Comma:
-    """The comma used between arguments, to repeat it for an appended argument."""
+def _comma_between(call: cst.Call, args: list[cst.Arg]) -> cst.Comma:
+    """The comma (and line break, if any) the call puts between arguments, without comments."""
     for arg in args[:-1]:
         if isinstance(arg.comma, cst.Comma):
-            return arg.comma
-    return args[-1].comma  # type: ignore[return-value]
+            return _without_comment(arg.comma)
+    after_paren = call.whitespace_before_args
+    if isinstance(after_paren, cst.ParenthesizedWhitespace):
+        # One argument on its own line: the next one goes on a line of its own, indented alike.
+        return cst.Comma(whitespace_after=after_paren.with_changes(empty_lines=[]))
+    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
+def _without_comment(comma: cst.Comma) -> cst.Comma:
+    after = comma.whitespace_after
+    if isinstance(after, cst.ParenthesizedWhitespace):
+        return comma.with_changes(
+            whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+        )
+    return comma
 
 
 def add_positional(call: cst.Call, value: cst.BaseExpression) -> cst.Call:

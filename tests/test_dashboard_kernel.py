@@ -152,7 +152,7 @@ def test_widget_state_holds_the_tabs_and_the_plots(notebook):
 
 def test_live_view_was_shown_and_updated_while_the_cell_ran(notebook):
     assert outputs(notebook, LIVE, "error") == []
-    updates, enabled, error = notebook.cells[LIVE].outputs[0].text.split()
+    updates, _enabled, error = notebook.cells[LIVE].outputs[0].text.split()
     assert int(updates) >= 1
     assert error == "None"
     lives = [
@@ -175,7 +175,7 @@ def test_widgets_switched_off_show_the_static_report_only(notebook):
 def test_failing_cell_shows_its_dashboard_escaped_and_its_own_traceback(notebook):
     (error,) = outputs(notebook, FAILING, "error")
     assert error.ename == "ValueError"
-    assert error.evalue == "<script>alert(\"boom\")</script>"
+    assert error.evalue == '<script>alert("boom")</script>'
     traceback = ANSI.sub("", "\n".join(error.traceback))
     assert "raise ValueError" in traceback
     data = dashboard_display(notebook, FAILING).data

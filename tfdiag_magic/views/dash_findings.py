@@ -26,9 +26,10 @@ _COPY_JS = (
     ".then(function(){s.textContent='Copied.';},old);}else{old();}"
 )
 
-# Insert the rewrite as a new cell below: click inside the cell makes it the active one; the
-# notebook toolbar's "insert cell below" command adds the cell, focusing its editor enters edit
-# mode, and the text is typed in with the editor's own input handling (insertText).
+# Insert the rewrite as a new cell below: a click inside the cell made it the active one; the
+# notebook toolbar's "insert cell below" command adds the cell, and the text goes in through the
+# new cell's CodeMirror 6 editor (found from its DOM as EditorView.findFromDOM does), so the
+# notebook's model takes it as typed text; the editor's insertText is the fallback.
 _INSERT_JS = (
     "var b=this,f=b.closest('.tfdiag-finding'),"
     "t=f.querySelector('textarea.tfdiag-rewrite').value,"
@@ -36,6 +37,8 @@ _INSERT_JS = (
     "panel=b.closest('.jp-NotebookPanel')||document,"
     "btn=panel.querySelector('[data-command=\"notebook:insert-cell-below\"]');"
     "function copy(m){f.querySelector('.tfdiag-copy').click();s.textContent=m;}"
+    "function view(el){var c=el&&(el.cmTile||el.cmView),r=c&&(c.root||c.rootView);"
+    "return r&&r.view&&r.view.dispatch?r.view:null;}"
     "if(!cell||!btn){copy('No notebook here: copied, paste it into a new cell.');return;}"
     "var before=cell.nextElementSibling;"
     "var o={bubbles:true,cancelable:true,button:0,view:window};"
@@ -45,10 +48,11 @@ _INSERT_JS = (
     "if(++tries==5){btn.dispatchEvent(new MouseEvent('click',o));}"
     "if(tries<60){setTimeout(fill,50);}else{copy('Could not insert: copied instead.');}return;}"
     "var ed=next.querySelector('.cm-content');if(!ed){copy('Inserted; copied, paste it in.');"
-    "return;}ed.focus();setTimeout(function(){"
-    "var ok=document.execCommand('insertText',false,t);"
-    "s.textContent=ok?'Inserted below.':'Inserted an empty cell; the text is copied.';"
-    "if(!ok){copy(s.textContent);}},60);})();"
+    "return;}var v=view(ed);if(v){v.dispatch({changes:{from:0,to:v.state.doc.length,"
+    "insert:t}});v.focus();s.textContent='Inserted below.';return;}"
+    "ed.focus();setTimeout(function(){var ok=document.execCommand('insertText',false,t);"
+    "if(ok){s.textContent='Inserted below.';}"
+    "else{copy('Inserted an empty cell; the text is copied: paste it in.');}},60);})();"
 )
 
 

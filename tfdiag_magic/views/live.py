@@ -86,10 +86,24 @@ class LiveView:
         LiveView.last = self
 
     def replace(self, data: dict[str, Any]) -> None:
-        """Put `data` (the final report) where the live view was shown, and close the view."""
+        """Put `data` (the final report) where the live view was shown, and close the view.
+
+        JupyterLab renders an updated output with the renderer it already has when the kind
+        of output stays the same, and hides that renderer when the widget it showed is
+        closed: so the view is first replaced by a line of text, then closed, and only then
+        replaced by the report.
+        """
+        if self.handle is not None:
+            self.handle.update(
+                {
+                    "text/plain": "tfdiag_magic: building the report",
+                    "text/html": "<p>tfdiag_magic: building the report</p>",
+                },
+                raw=True,
+            )
+        self.close()
         if self.handle is not None:
             self.handle.update(data, raw=True)
-        self.close()
 
     def close(self) -> None:
         self.enabled = False

@@ -1,0 +1,288 @@
+"""The live view and the dashboard in JupyterLab 4, in a real browser (headless Chromium).
+
+The test starts a JupyterLab server of this virtualenv on 127.0.0.1 (its own process group,
+temporary root, settings and workspaces), opens a notebook with Playwright and runs it as a
+person would: the live view appears while ``%%tfprofile`` trains, the dashboard replaces it,
+its tabs are there, the Memory tab shows its plot, moving the range slider changes the window
+statistics, and a finding's "Insert below" button adds the rewritten cell under it. Screenshots
+go to test-artifacts/. Chromium is Debian's package: installed here when missing (apt-get, as
+root); the test is skipped, saying why, only where it cannot be installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
+
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TABS = ["Overview", "Steps", "Memory", "GPU", "Findings", "Data"]
+REWRITE = "print('rewritten by tfdiag_magic')"
+
+CELLS = [
+    "%load_ext tfdiag_magic",
+    "%%tfprofile -o r\n"
+    "import numpy as np, keras\n"
+    "x = np.random.default_rng(0).normal(size=(4096, 16)).astype('float32')\n"
+    "y = x.sum(axis=1, keepdims=True)\n"
+    "model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32), "
+    "keras.layers.Dense(1)])\n"
+    "model.compile(optimizer='sgd', loss='mse')\n"
+    "model.fit(x, y, batch_size=8, epochs=5, validation_split=0.2, verbose=0);",
+    "from IPython.display import display\n"
+    "from tfdiag_magic.findings import Finding\n"
+    "from tfdiag_magic.views.dashboard import dashboard_bundle\n"
+    "r.findings = [Finding(code='demo', severity='warning', title='a finding made by hand',\n"
+    f"    rewrite={REWRITE + chr(10)!r},\n"
+    "    diff='--- cell\\n+++ rewrite\\n@@ -1 +1 @@\\n-print(1)\\n+print(2)\\n')]\n"
+    "display(dashboard_bundle(r)[0], raw=True)",
+]
+
+
+def _ensure_chromium() -> str | None:
+    """The reason Chromium cannot be had, or None once /usr/bin/chromium is there."""
+    if Path(CHROMIUM).exists():
+        return None
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        return "chromium is not installed and cannot be (no apt-get, or not root)"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            return f"could not install chromium: {' '.join(command)}: {done.stderr[-500:]}"
+    return None if Path(CHROMIUM).exists() else "chromium installed but not at /usr/bin/chromium"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    reason = _ensure_chromium()
+    if reason:
+        pytest.skip(reason)
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A JupyterLab server on localhost: (base URL with token, its root folder)."""
+    pytest.importorskip("jupyterlab")
+    root = tmp_path_factory.mktemp("lab")
+    home = tmp_path_factory.mktemp("lab-home")
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
+    if os.geteuid() == 0:
+        command.append("--allow-root")
+    log = (home / "server.log").open("w")
+    server = subprocess.Popen(
+        command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                pytest.fail("JupyterLab exited: " + (home / "server.log").read_text()[-2000:])
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.3)
+        else:
+            pytest.fail("JupyterLab did not start within 60 s")
+        yield f"http://127.0.0.1:{port}", root, token
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+def _run_cell(page: Any, index: int) -> None:
+    """Click into cell `index` and run it; again if the kernel was not ready to take it."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    prompt = cell.locator(".jp-InputPrompt")
+    for _ in range(10):
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            page.wait_for_function(
+                "el => /\\[(\\*|\\d+)\\]/.test(el.innerText)",
+                arg=prompt.element_handle(),
+                timeout=3000,
+            )
+            return
+        except Exception:
+            page.wait_for_timeout(1000)
+    raise AssertionError(f"cell {index} did not start running")
+
+
+def _window_text(page: Any, index: int = 0) -> str:
+    return page.locator(".tfdiag-dashboard .tfdiag-window-stats").nth(index).inner_text()
+
+
+def test_live_view_and_dashboard_in_jupyterlab(browser, lab, artifacts):
+    url, root, token = lab
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, root / "dashboard.ipynb")
+
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        page.goto(f"{url}/lab/tree/dashboard.ipynb?token={token}")
+        page.wait_for_selector(".jp-Notebook .jp-Cell")
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count():
+            accept.first.click()
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        no_news = page.locator(".jp-Notification-Toast-Close, .jp-toast-button:has-text('No')")
+        if no_news.count():
+            no_news.first.click()
+
+        _run_cell(page, 0)  # %load_ext
+        _run_cell(page, 1)  # %%tfprofile: the training cell
+
+        # While it trains: the live view, with steps counted.
+        live = page.locator(".tfdiag-live")
+        live.first.wait_for(state="visible", timeout=90_000)
+        page.wait_for_function(
+            "() => /train [1-9]/.test(document.querySelector('.tfdiag-live')?.innerText || '')",
+            timeout=60_000,
+        )
+        page.screenshot(path=str(artifacts / "browser-live-view.png"))
+
+        # After it: the dashboard where the live view was.
+        dashboard = page.locator(".tfdiag-dashboard").first
+        dashboard.wait_for(state="visible", timeout=120_000)
+        assert live.count() == 0
+        labels = dashboard.locator(".lm-TabBar-tabLabel").all_inner_texts()
+        assert labels == TABS
+        assert "Steps 0–" in _window_text(page)
+        assert "tfdiag_magic: 2050 training steps" in dashboard.inner_text()
+
+        # The Memory tab shows its plot.
+        dashboard.locator(".lm-TabBar-tab", has_text="Memory").click()
+        memory_plot = dashboard.locator(".widget-tab-contents img").locator("visible=true")
+        memory_plot.first.wait_for(state="visible")
+        assert memory_plot.first.evaluate("img => img.naturalWidth") >= 1000  # drawn at 2x
+
+        # Moving the range slider recomputes the window's statistics.
+        before = _window_text(page)
+        first_step = int(re.search(r"Steps (\d+)–(\d+)", before).group(1))
+        assert first_step == 0
+        track = dashboard.locator(".tfdiag-range .noUi-target").first
+        handle = dashboard.locator(".tfdiag-range .noUi-handle-lower").first
+        box, track_box = handle.bounding_box(), track.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(
+            track_box["x"] + track_box["width"] * 0.5, box["y"] + box["height"] / 2, steps=8
+        )
+        page.mouse.up()
+        page.wait_for_function(
+            "before => document.querySelector('.tfdiag-window-stats').innerText !== before",
+            arg=before,
+            timeout=30_000,
+        )
+        after = _window_text(page)
+        low, high = (int(v) for v in re.search(r"Steps (\d+)–(\d+)", after).groups())
+        assert 0 < low < high
+        assert after != before
+        page.wait_for_timeout(500)  # the redrawn plot
+        dashboard.screenshot(path=str(artifacts / "browser-dashboard-memory-zoomed.png"))
+
+        # A finding's "Insert below" adds the rewritten cell under the cell that showed it.
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        count = cells.count()
+        _run_cell(page, 2)
+        second = page.locator(".tfdiag-dashboard").nth(1)
+        second.wait_for(state="visible", timeout=60_000)
+        second.locator(".lm-TabBar-tab", has_text="Findings").click()
+        second.locator("button.tfdiag-copy").click()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.tfdiag-status')]"
+            ".some(s => s.innerText.includes('Copied'))"
+        )
+        count = cells.count()
+        second.locator("button.tfdiag-insert").click()
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length > {count}"
+        )
+        find = (
+            "text => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]"
+            ".findIndex(c => c.querySelector('.cm-content')?.innerText.trim() === text)"
+        )
+        page.wait_for_function(f"text => ({find})(text) >= 0", arg=REWRITE)
+        inserted_at = page.evaluate(find, REWRITE)
+        status = second.locator(".tfdiag-status").inner_text()
+        assert status == "Inserted below."
+        assert inserted_at == 3  # right below the cell whose output holds the button
+        page.screenshot(path=str(artifacts / "browser-finding-inserted.png"))
+    except Exception:
+        page.screenshot(path=str(artifacts / "browser-failure.png"))
+        (artifacts / "browser-failure.html").write_text(page.content(), encoding="utf-8")
+        raise
+    finally:
+        context.close()

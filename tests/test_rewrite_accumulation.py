@@ -161,6 +161,11 @@ for epoch in range(num_epochs):
         "critic_opt.apply_gradients(zip(g2, critic.trainable_variables))\n"
     )
     assert gradient_accumulation(two_models, steps=4) is None
+    wrapped = (
+        "import keras\nopt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())\n"
+        "model.compile(optimizer=opt, loss='mse')\n"
+    )
+    assert gradient_accumulation(wrapped, steps=2) is None
     foreign = "model.compile(optimizer=make_optimizer(), loss='mse')\n"
     assert gradient_accumulation(foreign, steps=2) is None
     assert gradient_accumulation("x = 1\n", steps=2) is None

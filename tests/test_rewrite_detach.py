@@ -104,3 +104,17 @@ def test_nested_eager_loop_total_is_detached_where_it_is_assigned():
     assert "    history.append(epoch_loss)\n" in out
     ns = execute(out)
     assert [type(v) for v in ns["history"]] == [float, float]
+
+
+def test_containers_read_as_tensors_later_are_left_alone():
+    source = """for xb in batches:
+    loss = step(xb)
+    losses.append(loss)
+    total += loss
+print(total.numpy(), [l.numpy() for l in losses])
+"""
+    assert detach_appends(source) is None
+    only_total = source.replace("[l.numpy() for l in losses]", "losses")
+    out = detach_appends(only_total)
+    assert out is not None
+    assert "losses.append(float(loss))" in out and "total += loss\n" in out

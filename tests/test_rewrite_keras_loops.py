@@ -61,6 +61,11 @@ def test_predict_outside_loops_or_with_other_options_is_left_alone():
     assert predict_in_loop(with_steps) is None
     in_def = "for x in xs:\n    def f():\n        return model.predict(x)\n"
     assert predict_in_loop(in_def) is None
+    dataset = (
+        "import tensorflow as tf\nval = tf.data.Dataset.from_tensor_slices(v).batch(8)\n"
+        "for epoch in range(3):\n    p = model.predict(val, verbose=0)\n"
+    )
+    assert predict_in_loop(dataset) is None  # a whole dataset is not one batch
     two_loops = "for a in xs:\n    m.predict(a)\nfor b in ys:\n    m.predict(b)\n"
     out = predict_in_loop(two_loops, loop_lineno=3)
     assert out == "for a in xs:\n    m.predict(a)\nfor b in ys:\n    m.predict_on_batch(b)\n"

@@ -61,6 +61,8 @@ from .common import (
     walk,
 )
 
+# Keras names under optimizers. that are not Keras 3 optimizers taking the option.
+_NOT_ACCUMULATING = ("optimizers.schedules.", "optimizers.legacy.", "optimizers.LossScale")
 _OPTIMIZER_CLASSES = {
     "adam": "Adam",
     "adamw": "AdamW",
@@ -177,7 +179,9 @@ def _optimizer_constructor(
     """The ``keras.optimizers.X(...)`` call that `value` is, or that its name was assigned."""
     if isinstance(value, cst.Call):
         kind = names.keras_name(dotted(value.func)) or ""
-        return value if kind.startswith("optimizers.") else None
+        if not kind.startswith("optimizers.") or kind.startswith(_NOT_ACCUMULATING):
+            return None
+        return value
     if not isinstance(value, cst.Name):
         return None
     assigned = []

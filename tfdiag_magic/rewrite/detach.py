@@ -11,10 +11,14 @@ With `names`, exactly those names, each in its mode ("float" → ``float(v)``, "
 assigned from the first or only value a call returns, except calls that already return host
 values (Keras ``train_on_batch``/``test_on_batch``/``predict_on_batch``/``predict``/
 ``evaluate``/``fit``, ``float``/``int``, ``.numpy()``/``.item()``/``.tolist()``, NumPy
-functions). ``float(v)`` needs a scalar; use "numpy" for anything else.
+functions). ``float(v)`` needs a scalar; use "numpy" for anything else. In both cases a list or
+total the cell later reads as a tensor (``total.numpy()``, ``losses[-1].numpy()``,
+``[l.numpy() for l in losses]``) is left alone.
 """
 
 from __future__ import annotations
+
+import ast
 
 import libcst as cst
 
@@ -58,10 +62,11 @@ def detach_appends(source: str, *, names: dict[str, str] | None = None) -> str |
 
 def _rewrite(cell: Cell, modes: dict[str, str] | None) -> cst.Module | None:
     names = aliases(cell.module)
+    as_tensors = _read_as_tensors(cell.body)
     edits: dict[cst.CSTNode, object] = {}
     for node in walk(cell.module):
         kept = _kept_name(node)
-        if kept is None:
+        if kept is None or _container(node) in as_tensors:
             continue
         loops = enclosing_loops(cell, node)
         if not loops:
@@ -81,6 +86,41 @@ def _rewrite(cell: Cell, modes: dict[str, str] | None) -> cst.Module | None:
             new = cst.Call(func=cst.Attribute(value=kept, attr=cst.Name("numpy")), args=[])
         edits[kept] = new
     return replace(cell.module, edits) if edits else None
+
+
+def _container(node: cst.CSTNode) -> str | None:
+    """The list appended to, or the total added to."""
+    if isinstance(node, cst.Call):
+        return dotted(node.func.value)
+    return dotted(node.target) if isinstance(node, cst.AugAssign) else None
+
+
+def _read_as_tensors(body: str) -> set[str]:
+    """Names whose values (or elements) the cell later uses as tensors: ``.numpy()`` on
+    ``total``, on ``losses[i]``, or on ``l`` of ``for l in losses`` / ``[... for l in losses]``.
+    Detaching those would break that code.
+    """
+    tree = ast.parse(body)
+    iterated: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For | ast.comprehension) and isinstance(node.iter, ast.Name):
+            for target in ast.walk(node.target):
+                if isinstance(target, ast.Name):
+                    iterated[target.id] = node.iter.id
+    found = set()
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Attribute) and node.attr in ("numpy", "item", "shape", "dtype")
+        ):
+            continue
+        value = node.value
+        if isinstance(value, ast.Subscript):
+            value = value.value
+        if isinstance(value, ast.Name):
+            found.add(value.id)
+            if value.id in iterated:
+                found.add(iterated[value.id])
+    return found
 
 
 def _kept_name(node: cst.CSTNode) -> cst.Name | None:

@@ -4,7 +4,8 @@
   (on first use) a predict function every call; ``model.predict_on_batch(x)`` runs the compiled
   step directly and also returns NumPy. ``verbose=`` and ``batch_size=`` are dropped (the whole
   ``x`` is one batch, so keep it batch-sized). Calls with other options (``steps=``,
-  ``callbacks=``) or more than one positional argument are left alone.
+  ``callbacks=``), more than one positional argument, or a tf.data dataset built in the cell
+  as input are left alone.
 - `compile_once`: ``model.compile(...)`` in a loop rebuilds the train function (and a new
   optimizer, when given by name) on every iteration. It moves before the loop when the model
   is built outside the loop and its arguments use nothing the loop assigns.
@@ -44,6 +45,7 @@ from .common import (
     stored_names,
     walk,
 )
+from .pipeline import dataset_names, is_dataset
 
 _DROPPED_PREDICT_OPTIONS = {"verbose", "batch_size"}
 
@@ -60,10 +62,15 @@ def predict_in_loop(source: str, *, loop_lineno: int | None = None) -> str | Non
             chosen = loop_at_line(cell, loop_lineno)
             if chosen is None:
                 return None
+        names = aliases(cell.module)
+        datasets = dataset_names(names, cell.module)
         edits = {}
         for node in walk(cell.module):
             if method_name(node) != "predict":
                 continue
+            x = find_kwarg(node, "x") or next(iter(positional_args(node)), None)
+            if x is not None and is_dataset(names, x.value, datasets):
+                continue  # predict_on_batch takes one batch, not a dataset
             loops = enclosing_loops(cell, node)
             if not loops or (chosen is not None and chosen not in loops):
                 continue

@@ -39,7 +39,6 @@ from .common import (
     insert_before,
     loaded_names,
     loads_after,
-    loads_outside,
     loop_at_line,
     loop_body,
     parse_expr,
@@ -49,6 +48,7 @@ from .common import (
     replace,
     rewrite_cell,
     stored_names,
+    walk,
 )
 
 _CONVERSIONS = {
@@ -130,8 +130,6 @@ def _candidates(cell: Cell, loop_lineno: int | None) -> list[cst.For]:
 
 
 def _all_fors(module: cst.Module) -> list[cst.For]:
-    from .common import walk
-
     return [n for n in walk(module) if isinstance(n, cst.For)]
 
 
@@ -476,7 +474,7 @@ def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
 
     plan = _Plan(
         inner=loop,
-        epoch=epoch if epoch is not None and (shuffle.removed or _fit_epochs(epoch)) else None,
+        epoch=epoch,
         elements=elements,
         batch_size=batch_size,
         drop_remainder=drop_remainder,
@@ -485,8 +483,6 @@ def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
         epoch_removed=shuffle.removed,
         enumerate_index=enumerate_index,
     )
-    if epoch is not None and shuffle.removed:
-        plan.epoch = epoch
     plan.inline_conversions = _inline_conversions(names, others, elements)
     return plan
 
@@ -676,8 +672,6 @@ def _inline_conversions(
         for n in ast.walk(ast.parse(code_of(_statement(node)))):
             if isinstance(n, ast.Name) and n.id in finals:
                 uses[n.id] = uses.get(n.id, 0) + 1
-    from .common import walk
-
     moved: list[tuple[cst.Arg, str]] = []
     for node in others:
         for call in walk(node):
@@ -737,8 +731,8 @@ def _fit_form(
         recorders.add(name)
     outer: cst.CSTNode = plan.inner
     epochs = None
-    if plan.epoch is not None or _epoch_for_fit(cell, plan.inner) is not None:
-        epoch = plan.epoch or _epoch_for_fit(cell, plan.inner)
+    if plan.epoch is not None:
+        epoch = plan.epoch
         if not _fit_epochs(epoch):
             return None
         for small in _kept_smalls(epoch, plan.epoch_removed):
@@ -749,26 +743,14 @@ def _fit_form(
             return None
         epochs = epoch.iter.args[0].value
         outer = epoch
-        if loads_outside(cell, {epoch.target.value}, epoch) and epoch.target.value in (
-            loads_after(cell, {epoch.target.value}, epoch)
-        ):
+        if loads_after(cell, {epoch.target.value}, epoch):
             return None
-    if any(isinstance(n, cst.Break | cst.Continue) for n in _walk_all(plan.inner)):
+    if any(isinstance(n, cst.Break | cst.Continue) for n in walk(plan.inner)):
         return None
     dropped = recorders | ({result} if result else set()) | {e.final for e in plan.elements}
     if loads_after(cell, dropped, outer):
         return None
     return outer, call, epochs
-
-
-def _epoch_for_fit(cell: Cell, inner: cst.For) -> cst.For | None:
-    return _epoch_loop(cell, inner)
-
-
-def _walk_all(node: cst.CSTNode):
-    from .common import walk
-
-    return walk(node)
 
 
 def _kept_smalls(loop: cst.For, removed: set[int]) -> list[cst.CSTNode]:
@@ -938,6 +920,4 @@ def _move_comments(edits: dict[cst.CSTNode, object], outer: cst.CSTNode) -> None
 
 
 def _find_by_id(module: cst.Module, node_id: int) -> cst.CSTNode:
-    from .common import walk
-
     return next(n for n in walk(module) if id(n) == node_id)

@@ -69,7 +69,7 @@ def _is_source(names: Aliases, expr: cst.CSTNode) -> bool:
     return "_dataset_from_" in keras_name
 
 
-def _dataset_names(names: Aliases, module: cst.Module) -> set[str]:
+def dataset_names(names: Aliases, module: cst.Module) -> set[str]:
     """Names the cell assigns from tf.data chains (also through other such names)."""
     found: set[str] = set()
     changed = True
@@ -110,7 +110,7 @@ def _chain_calls(names: Aliases, expr: cst.CSTNode, datasets: set[str]) -> list[
 def _rewrite(cell: Cell) -> cst.Module | None:
     module = cell.module
     names = aliases(module)
-    datasets = _dataset_names(names, module)
+    datasets = dataset_names(names, module)
     found = import_alias(module, "tensorflow", "tf")
     if found is None:
         return None
@@ -224,3 +224,10 @@ def _last_top_level_assignment(module: cst.Module, name: str) -> cst.CSTNode | N
     if not values or bindings != len(values):
         return None
     return values[-1]
+
+
+def is_dataset(names: Aliases, expr: cst.CSTNode, datasets: set[str]) -> bool:
+    """Whether `expr` is a tf.data chain or a name the cell assigns from one."""
+    if isinstance(expr, cst.Name):
+        return expr.value in datasets
+    return _is_chain(names, expr, datasets)

@@ -70,6 +70,10 @@ def test_predict_outside_loops_or_with_other_options_is_left_alone():
     out = predict_in_loop(two_loops, loop_lineno=3)
     assert out == "for a in xs:\n    m.predict(a)\nfor b in ys:\n    m.predict_on_batch(b)\n"
     assert predict_in_loop(two_loops, loop_lineno=2) is None
+    # Lines count in the given source, its %%tfprofile line included.
+    magic = "%%tfprofile -q\n" + two_loops
+    assert predict_in_loop(magic, loop_lineno=4) == "%%tfprofile -q\n" + out
+    assert predict_in_loop(magic, loop_lineno=3) is None
 
 
 COMPILE_CELL = """import numpy as np

@@ -15,7 +15,8 @@ with a per-epoch permutation (becomes ``.shuffle(len(x))``); conversions of a ba
 the whole array. Limits: ``range(0, n, bs)`` needs ``n`` to be the length of a sliced array;
 ``range(steps)`` with any other count keeps at most ``steps`` batches (``.take(steps)``); anything
 else in the loop that uses the slice offset, the slices before conversion or the permutation
-makes the rewrite give up (None).
+makes the rewrite give up (None). ``from_tensor_slices`` holds the arrays in memory as the
+loop did; for arrays of several GB a generator or files are the better source.
 """
 
 from __future__ import annotations

@@ -195,3 +195,27 @@ for k in range(3):
 """
     assert hoist_function(conditional) is None
     assert hoist_function("import tensorflow as tf\ng = tf.function(h)\n") is None
+
+
+def test_traced_name_finds_calls_through_the_wrapper_and_methods():
+    by_traced_name = scalars_to_tensors(
+        KEYWORD_CELL, function="update", arguments=["learning_rate"]
+    )
+    assert by_traced_name is not None
+    assert "learning_rate=tensorflow_.constant(0.5 / (epoch + 1)),  # decays" in by_traced_name
+    method_cell = """import tensorflow as tf
+
+class Scaler(tf.Module):
+    @tf.function
+    def apply(self, x, scale):
+        return x * scale
+
+scaler = Scaler()
+for s in (1.0, 2.0, 3.0):
+    scaler.apply(tf.ones(2), s)
+"""
+    out = scalars_to_tensors(method_cell, function="apply", arguments=["scale"])
+    assert out is not None
+    assert "scaler.apply(tf.ones(2), tf.constant(s))" in out
+    assert execute(method_cell)["scaler"].apply.experimental_get_tracing_count() == 3
+    assert execute(out)["scaler"].apply.experimental_get_tracing_count() == 1

@@ -14,7 +14,9 @@ input shape or dtype, and every new tf.function object. Four rewrites, one per c
 
 Limits: the function is found by name, as a ``def`` decorated with tf.function, as the target of
 ``name = tf.function(...)`` or as the function passed to ``tf.function(name)``; call sites are
-calls of that exact (dotted) name. Arguments passed with ``*args``/``**kwargs`` are not touched.
+calls of that exact (dotted) name, of a name bound to ``tf.function(name)``, or (for a method
+the cell defines) ``obj.name(...)``. Arguments passed with ``*args``/``**kwargs`` are not
+touched.
 """
 
 from __future__ import annotations
@@ -211,9 +213,19 @@ def scalars_to_tensors(source: str, *, function: str, arguments: list[str | int]
             return None
         tf, missing = found
         params = _parameters(names, module, function)
+        callees = _callee_names(names, module, function)
+        methods = _is_method(module, function)
         edits = {}
         for node in walk(module):
-            if not isinstance(node, cst.Call) or dotted(node.func) != function:
+            if not isinstance(node, cst.Call):
+                continue
+            callee = dotted(node.func)
+            if callee not in callees and not (
+                methods
+                and isinstance(node.func, cst.Attribute)
+                and callee is not None
+                and node.func.attr.value == function
+            ):
                 continue
             for arg in _selected_args(node, arguments, params):
                 if _already_tensor(names, arg.value):
@@ -226,6 +238,32 @@ def scalars_to_tensors(source: str, *, function: str, arguments: list[str | int]
         return add_import(module, "tensorflow", tf) if missing else module
 
     return rewrite_cell(source, transform)
+
+
+def _callee_names(names: Aliases, module: cst.Module, function: str) -> set[str]:
+    """`function` and the names bound to ``tf.function(function)`` (the name traced is the
+    Python function's, the name called may be the wrapper's)."""
+    callees = {function}
+    for node in walk(module):
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Call)
+            and is_tf_function(names, node.value)
+            and node.value.args
+            and dotted(node.value.args[0].value) == function
+        ):
+            callees |= {dotted(t.target) for t in node.targets} - {None}
+    return callees
+
+
+def _is_method(module: cst.Module, function: str) -> bool:
+    """Whether the cell defines `function` as a method (then ``obj.function(...)`` calls it)."""
+    for node in walk(module):
+        if isinstance(node, cst.ClassDef):
+            for statement in node.body.body:
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == function:
+                    return True
+    return False
 
 
 def _parameters(names: Aliases, module: cst.Module, function: str) -> list[str] | None:

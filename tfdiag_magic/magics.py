@@ -166,12 +166,12 @@ class TFProfileMagics(Magics):
             value = run(prepared, shell.user_global_ns, shell.user_ns)
         except BaseException as exc:
             if live is not None:
-                session.add_listener(None)
+                live.detach(session)
             session.stop(exc)
             self._publish(result, args, live, exc)
             raise
         if live is not None:
-            session.add_listener(None)
+            live.detach(session)
         session.stop()
         self._publish(result, args, live)
         if value is not None and _ends_with_semicolon(shell, transformed):

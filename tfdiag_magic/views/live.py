@@ -63,6 +63,7 @@ class LiveView:
         self._recent_ms: float | None = None
         self._history: deque[tuple[float, int]] = deque()
         self._t0: float | None = None
+        self._rec: Any = None
         self.widget = w.HTML(self._page("<p>tfdiag_magic: starting the profiling run…</p>"))
         self.widget.add_class("tfdiag-live")
         self.handle: Any = None
@@ -159,6 +160,7 @@ class LiveView:
         """Read what the recorder appended since the last update and redraw."""
         now = perf_counter() if now is None else now
         self._t0 = rec.t0
+        self._rec = rec
         self._read_new_rows(rec)
         plotted = self._plotted_count()
         history = self._history
@@ -173,6 +175,14 @@ class LiveView:
             self._body(rec, now - rec.t0, steps_per_s, progress, running=True)
         )
         self.updates += 1
+
+    def detach(self, session: Any) -> None:
+        """Stop following `session` (before it stops), having read the steps not yet shown."""
+        session.add_listener(None)
+        rec, self._rec = self._rec, None
+        if rec is not None:
+            with contextlib.suppress(Exception):
+                self._read_new_rows(rec)
 
     def finish(self, rec: Any | None, error: BaseException | None) -> None:
         """The last redraw: what was recorded, and how the run ended."""

@@ -3,7 +3,21 @@
 Each function takes the cell source and facts the diagnosis measured, and returns the whole
 rewritten cell, or None when the pattern is not there or the rewrite would not be safe.
 Comments and layout of the untouched code survive; every result is compiled before it is
-returned. A leading ``%%tfprofile`` line is kept as it is.
+returned. A leading ``%%tfprofile`` line is kept as it is; ``loop_lineno`` facts are 1-based
+lines of the source given (that line included, when there is one).
+
+- numpy_batches_to_dataset: hand-sliced NumPy batches -> tf.data pipeline (fit or own loop)
+- compile_eager_step: @tf.function on eager training steps; eager switches removed
+- scalars_to_tensors / reduce_retracing / input_signature / hoist_function: retracing
+- predict_in_loop / compile_once / fit_once: Keras calls repeated in loops
+- clear_session_in_loop: models built in a loop
+- detach_appends: tensors kept in lists and running totals
+- memory_growth_first / MEMORY_GROWTH_CELL: GPU memory growth, set before GPU start-up
+- mixed_precision: mixed_float16 policy, float32 outputs
+- gradient_accumulation: large-batch updates from micro-batches
+- larger_batch / steps_per_execution: more work per step
+- tune_input_pipeline: parallel map/interleave, final prefetch
+- vectorise_element_loop: element-by-element NumPy loops
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ def runtime_initialized() -> bool | None:
 
 def physical_devices_listed() -> bool:
     """Whether this process has already listed its physical devices (TensorFlow caches it)."""
-    module = sys.modules.get(_CONTEXT_MODULE)
-    ctx = module.context_safe() if module is not None else None
+    context_safe = getattr(sys.modules.get(_CONTEXT_MODULE), "context_safe", None)
+    ctx = context_safe() if context_safe is not None else None
     return ctx is not None and getattr(ctx, "_physical_devices", None) is not None
 
 

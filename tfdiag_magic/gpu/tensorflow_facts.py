@@ -164,11 +164,14 @@ def _logical_gpus(tf: ModuleType) -> list[dict[str, Any]]:
     return logical
 
 
-def tensorflow_facts(tf: ModuleType | None, *, full: bool = True, error: str | None = None):
+def tensorflow_facts(
+    tf: ModuleType | None, *, full: bool = True, error: str | None = None
+) -> dict[str, Any]:
     """Everything ``%tfgpu`` reports about TensorFlow, without initialising its runtime.
 
     ``full`` adds what is only worth its time in the doctor: the C++ log of the first device
-    listing and the logical devices' memory.
+    listing of the process. Logical GPUs and their memory are read only when the runtime is
+    already initialised (None otherwise).
     """
     if tf is None:
         return {"available": False, "error": error, "gpus": [], "initialized": False}

@@ -52,8 +52,9 @@ CELLS = [
     "model.fit(x, y, batch_size=64, epochs=1, verbose=0)\n"
     "# a comment with <script>alert('comment')</script>\n"
     "raise ValueError('<script>alert(\"boom\")</script>')",
+    "r",
 ]
-LOAD, PROFILED, LIVE, OFF, STATIC, ON, FAILING = range(len(CELLS))
+LOAD, PROFILED, LIVE, OFF, STATIC, ON, FAILING, SHOW = range(len(CELLS))
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +210,11 @@ def test_nbconvert_with_saved_widget_state_embeds_the_dashboard(notebook):
     view = dashboard_display(notebook, PROFILED).data[WIDGET_VIEW]
     assert view["model_id"] in html  # rendered by the widget manager from the saved state
     assert WIDGET_STATE in html
+
+
+def test_a_result_shown_later_is_its_dashboard_again(notebook):
+    (result,) = outputs(notebook, SHOW, "execute_result")
+    assert set(result.data) >= {WIDGET_VIEW, "text/html", "text/plain"}
+    assert result.data["text/plain"].startswith("tfdiag_magic: 144 training steps")
+    models = descendants(widget_state(notebook), result.data[WIDGET_VIEW]["model_id"])
+    assert any(widget_state(notebook)[m]["model_name"] == "TabModel" for m in models)

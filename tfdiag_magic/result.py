@@ -75,6 +75,25 @@ class ProfileResult:
         else:
             printer.text(self.summary())
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict | None:
+        """In a Jupyter kernel with widgets on, the dashboard with the static views beside it;
+        elsewhere None, and IPython uses `_repr_html_` and `_repr_pretty_`."""
+        if self.record is None:
+            return None
+        try:
+            from IPython import get_ipython
+
+            from .config import settings_of
+            from .views.dashboard import dashboard_bundle, in_kernel
+
+            shell = get_ipython()
+            if shell is None or not in_kernel(shell) or not settings_of(shell).widgets:
+                return None
+            data, _dashboard = dashboard_bundle(self)
+            return data
+        except Exception:  # no widgets here: the static views show instead
+            return None
+
     def _repr_html_(self) -> str | None:
         if self.record is None:
             return None

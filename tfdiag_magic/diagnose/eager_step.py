@@ -53,15 +53,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     graph_rows = steady_rows(record, rows[~steps["eager"][rows]])
     graph_median = float(np.median(steps["duration"][graph_rows])) if graph_rows.size else None
     kinds = {KINDS[k] for k in np.unique(steps["kind"][eager_rows])}
-    if record.facts.get("functions_run_eagerly"):
-        cause = "`tf.config.run_functions_eagerly(True)` is on, so every tf.function runs eagerly."
-    elif "keras" in kinds or "on_batch" in kinds:
-        cause = "The model was compiled with `run_eagerly=True`, so Keras runs its step eagerly."
-    else:
-        cause = (
-            "The optimizer update runs in plain Python: the step function is not wrapped in"
-            " `tf.function`."
-        )
+    cause = _cause(record, kinds, source)
     evidence = {
         "eager_steps": int(eager_rows.size),
         "training_steps": int(rows.size),
@@ -82,3 +74,28 @@ def check(record: Record, source: str | None) -> Finding | None:
         impact=float(durations.sum()) * 0.5,
     )
     return with_rewrite(finding, source, first_rewrite(source, ("compile_eager_step", {})))
+
+
+_FUNCTIONS_EAGERLY = (
+    "`tf.config.run_functions_eagerly(True)` is on, so every tf.function runs eagerly."
+)
+
+
+def _cause(record: Record, kinds: set[str], source: str | None) -> str:
+    """Why the steps ran eagerly, from what made the rows and what the cell says."""
+    text = source or ""
+    switched_on = "run_functions_eagerly(True)" in text.replace(" ", "")
+    if record.facts.get("functions_run_eagerly") or (
+        "tf_function" in kinds and (switched_on or "keras" not in kinds)
+    ):
+        # A tf.function call runs eagerly only when functions are run eagerly globally
+        # (its rows are `tf_function` rows; a plain Python step makes `eager_update` rows).
+        return _FUNCTIONS_EAGERLY
+    if "keras" in kinds or "on_batch" in kinds:
+        if switched_on and "run_eagerly=True" not in text.replace(" ", ""):
+            return _FUNCTIONS_EAGERLY
+        return "The model was compiled with `run_eagerly=True`, so Keras runs its step eagerly."
+    return (
+        "The optimizer update runs in plain Python: the step function is not wrapped in"
+        " `tf.function`."
+    )

@@ -53,7 +53,8 @@ def check(record: Record, source: str | None) -> Finding | None:
     per_generation = {
         str(g): int((generations == g).sum()) for g in np.unique(generations).tolist()
     }
-    explicit = _calls_gc_collect(source)
+    explicit = _calls(source, "collect", "gc")
+    clears = _calls(source, "clear_session", None)
     evidence = {
         "pause_s": rounded(total),
         "share_of_run": rounded(float(stats["share"]), 3),
@@ -61,10 +62,17 @@ def check(record: Record, source: str | None) -> Finding | None:
         "collections_per_generation": per_generation,
         "longest_pause_s": rounded(float(stats["longest"])),
         "cell_calls_gc_collect": explicit,
+        "cell_calls_clear_session": clears,
     }
-    cause = (
-        " The cell calls `gc.collect()` itself: each call is a full collection." if explicit else ""
-    )
+    cause = ""
+    if explicit:
+        cause = " The cell calls `gc.collect()` itself: each call is a full collection."
+    elif clears:
+        cause = (
+            " The cell calls `keras.backend.clear_session()`, which runs a full"
+            " `gc.collect()` each time; `gc.freeze()` after set-up keeps those collections"
+            " short."
+        )
     return Finding(
         code=CODE,
         severity="warning",
@@ -82,23 +90,22 @@ def check(record: Record, source: str | None) -> Finding | None:
     )
 
 
-def _calls_gc_collect(source: str | None) -> bool:
+def _calls(source: str | None, name: str, module: str | None) -> bool:
+    """Whether the cell calls `module.name(...)` (or `name(...)`; any `x.name(...)` when
+    `module` is None)."""
     if not source:
         return False
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return "gc.collect(" in source
+        return f"{name}(" in source
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
-            if (
-                isinstance(func, ast.Attribute)
-                and func.attr == "collect"
-                and isinstance(func.value, ast.Name)
-                and func.value.id == "gc"
-            ):
-                return True
-            if isinstance(func, ast.Name) and func.id == "collect":
+            if isinstance(func, ast.Attribute) and func.attr == name:
+                owner = func.value
+                if module is None or (isinstance(owner, ast.Name) and owner.id == module):
+                    return True
+            if isinstance(func, ast.Name) and func.id == name:
                 return True
     return False

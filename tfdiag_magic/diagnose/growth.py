@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..record import Record
+from ..record import KINDS, Record
 
 
 @dataclass
@@ -20,14 +20,35 @@ class Growth:
     end_value: float
 
 
+def steps_done(record: Record) -> np.ndarray | None:
+    """For each memory sample, the steps done when it was taken.
+
+    The steps are the run's work rows (training, evaluation, prediction and function calls):
+    a loop iteration that holds a step must not count twice. A run with only loop iterations
+    counts those of its busiest loop (the innermost one, usually).
+    """
+    times = record.memory.get("time")
+    if times is None:
+        return record.memory.get("step")
+    steps = record.steps
+    is_loop = steps["kind"] == KINDS.index("loop")
+    rows = ~is_loop
+    if not rows.any() and is_loop.any():
+        loops = steps["loop"][is_loop]
+        busiest = np.bincount(loops[loops >= 0]).argmax() if (loops >= 0).any() else -1
+        rows = is_loop & (steps["loop"] == busiest)
+    starts = np.sort(steps["start"][rows])
+    return np.searchsorted(starts, times, side="right").astype(np.int64)
+
+
 def steady_growth(record: Record, values: np.ndarray) -> Growth | None:
     """Fit memory against the number of steps done, skipping the first tenth (warm-up
     allocations: the runtime, the first batches, a dataset's cache filling once)."""
-    steps_done = record.memory.get("step")
-    if steps_done is None or values.size < 8:
+    done = steps_done(record)
+    if done is None or values.size < 8 or done.size != values.size:
         return None
     ok = values >= 0
-    x = steps_done[ok].astype(np.float64)
+    x = done[ok].astype(np.float64)
     y = values[ok].astype(np.float64)
     if x.size < 8 or x[-1] - x[0] < 20:
         return None

@@ -8,7 +8,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..findings import Finding
-from ..record import ModelBuilt, Record
+from ..record import PHASES, ModelBuilt, Record
 from ..views.units import size
 from .evidence import first_rewrite, loop_label, loop_line, rounded, with_rewrite
 
@@ -40,12 +40,15 @@ the loop only trains it.
 ## Threshold
 Five models built in one loop with names that never repeat (`clear_session` resets the
 counter, so repeating names mean it is being called). It is a warning when memory grew by at
-least 1 MiB per model or 20 or more models were built; an info note otherwise.
+least 1 MiB per model, 20 or more models were built, or the loop ran at most two training
+steps per model built (a model rebuilt every step, so no model learns); an info note
+otherwise.
 """
 
 MIN_MODELS = 5
 MIN_BYTES_PER_MODEL = 1 << 20
 MANY_MODELS = 20
+MAX_STEPS_PER_MODEL = 2
 _COUNTER = re.compile(r"^(.*?)(?:_(\d+))?$")
 
 
@@ -67,9 +70,13 @@ def check(record: Record, source: str | None) -> Finding | None:
     if rss.size >= 3:
         per_model = float(np.polyfit(np.arange(rss.size), rss, 1)[0])
     growing = per_model is not None and per_model >= MIN_BYTES_PER_MODEL
-    severity = "warning" if growing or len(models) >= MANY_MODELS else "info"
+    steps = record.steps
+    trained = int(((steps["loop"] == loop) & (steps["phase"] == PHASES.index("train"))).sum())
+    per_step = 0 < trained <= MAX_STEPS_PER_MODEL * len(models)
+    severity = "warning" if growing or per_step or len(models) >= MANY_MODELS else "info"
     evidence = {
         "models_built": len(models),
+        "training_steps_in_loop": trained,
         "loop": loop_label(record, loop),
         "first_name": names[0],
         "last_name": names[-1],
@@ -81,6 +88,12 @@ def check(record: Record, source: str | None) -> Finding | None:
         if per_model is not None and per_model > 0
         else ""
     )
+    rebuilt = (
+        f" The loop ran {trained} training steps for {len(models)} models: a new model every"
+        " step or two, so no model keeps what it learned."
+        if per_step
+        else ""
+    )
     finding = Finding(
         code=CODE,
         severity=severity,
@@ -88,7 +101,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         detail=(
             f"{len(models)} models were built in {evidence['loop']}, named {names[0]} … "
             f"{names[-1]}: Keras' global state was never cleared, so each model stays"
-            f" registered{memory}."
+            f" registered{memory}.{rebuilt}"
         ),
         fix="Call `keras.backend.clear_session()` at the start of each iteration that builds a"
         " model, or build the model once, outside the loop.",

@@ -44,7 +44,14 @@ The error itself.
 _SHAPE = re.compile(r"OOM when allocating tensor with shape\s*\[([^\]]*)\]\s*and type (\w+)")
 _DEVICE = re.compile(r"on (/job:[^\s]+|/device:[^\s]+|[\w/:]*device:[A-Z]+:\d+)")
 _ALLOCATOR = re.compile(r"by allocator (\w+)")
-_OP = re.compile(r"\[\[\{\{node ([^}]+)\}\}\]\]|\bOp:(\w+)|node (\S+)")
+# The op, best first: the graph node (`[[{{node model/dense/MatMul}}]]`), the eager op
+# (`[Op:MatMul]`), a node named in the text ("Detected at node ..."). Not the
+# `{{function_node __wrapped__...}}` prefix, which names TensorFlow's wrapper function.
+_OPS = (
+    re.compile(r"\[\[\{\{node ([^}]+)\}\}\]\]"),
+    re.compile(r"\[Op:(\w+)\]"),
+    re.compile(r"(?<![\w{])node '?([\w/.\-]+)"),
+)
 _DTYPE_BYTES = {
     "float": 4,
     "float32": 4,
@@ -85,9 +92,11 @@ def check(record: Record, source: str | None) -> Finding | None:
     allocator = _ALLOCATOR.search(error.message)
     if allocator:
         evidence["allocator"] = allocator.group(1)
-    op = _OP.search(error.message)
-    if op:
-        evidence["op"] = next(g for g in op.groups() if g)
+    for pattern in _OPS:
+        op = pattern.search(error.message)
+        if op:
+            evidence["op"] = op.group(1)
+            break
     rows = training_rows(record)
     batches = record.steps["batch"][rows]
     batches = batches[~np.isnan(batches)]
@@ -98,7 +107,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence["peak_host_bytes"] = memory.host_rss["peak"]
     for device_name, values in memory.gpu.items():
         evidence[f"peak_{device_name}_bytes"] = values["peak"]
-    what = "host memory" if host else "device memory"
+    on_cpu = "CPU" in str(evidence.get("device", "")) or "cpu" in str(evidence.get("allocator", ""))
+    what = "host memory" if host or on_cpu else "device memory"
     tensor = ""
     if "shape" in evidence:
         tensor = f" allocating a {evidence['dtype']} tensor of shape {evidence['shape']}"

@@ -7,7 +7,7 @@ import numpy as np
 from ..findings import Finding
 from ..record import KINDS, PHASES, Record
 from ..views.units import seconds
-from .evidence import rounded
+from .evidence import loop_label, rounded
 
 CODE = "progressive-slowdown"
 TITLE = "Steps get slower as the run goes on"
@@ -36,10 +36,12 @@ per step), keep Python floats rather than tensors in lists (`float(loss)`), and 
 that grow each step.
 
 ## Threshold
-At least 50 steady steps of one phase; the median of the last tenth at least 1.5 times the
-median of the first tenth and at least 0.5 ms slower; and the medians of ten consecutive
-windows rising (Spearman rank correlation ≥ 0.8): a busy machine (other processes sharing
-the CPUs) makes some windows slower, but not every window slower than the one before.
+At least 50 steady steps of one phase, or 50 iterations of one loop of the cell (its
+iterations are judged too, since what slows may be the Python around the step); the median of
+the last tenth at least 1.5 times the median of the first tenth and at least 0.5 ms slower;
+and the medians of ten consecutive windows rising (Spearman rank correlation ≥ 0.8): a busy
+machine (other processes sharing the CPUs) makes some windows slower, but not every window
+slower than the one before.
 """
 
 MIN_STEPS = 50
@@ -51,16 +53,17 @@ WINDOWS = 10
 
 def check(record: Record, source: str | None) -> Finding | None:
     best = None
-    for rows, label in _series(record):
+    for rows, label, loop in _series(record):
         found = _trend(record, rows)
         if found is not None and (best is None or found["ratio"] > best[0]["ratio"]):
-            best = (found, label)
+            best = (found, label, loop)
     if best is None:
         return None
-    found, label = best
+    found, label, loop = best
     causes = _growing_alongside(record, found["start_time"])
     evidence = {
         "steps": label,
+        "where": loop_label(record, loop) if loop >= 0 else None,
         "early_median_s": rounded(found["early"]),
         "late_median_s": rounded(found["late"]),
         "ratio": rounded(found["ratio"], 3),
@@ -78,7 +81,9 @@ def check(record: Record, source: str | None) -> Finding | None:
             f" {seconds(found['late'])} ({found['ratio']:.1f}×)"
         ),
         detail=(
-            f"The median {label[:-1]} took {seconds(found['early'])} early in the run and"
+            f"The median {label[:-1]}"
+            + (f" of {evidence['where']}" if loop >= 0 else "")
+            + f" took {seconds(found['early'])} early in the run and"
             f" {seconds(found['late'])} at its end; the rise began around step"
             f" {found['began']}.{because}"
         ),
@@ -94,13 +99,15 @@ def _series(record: Record):
     for phase in ("train", "predict", "eval", "function"):
         rows = np.flatnonzero(steps["phase"] == PHASES.index(phase))
         if rows.size >= MIN_STEPS:
-            yield rows, f"{phase} steps" if phase != "train" else "training steps"
-    if not (steps["phase"] == PHASES.index("train")).any():
-        is_loop = steps["kind"] == KINDS.index("loop")
-        for loop_id in np.unique(steps["loop"][is_loop]):
-            rows = np.flatnonzero(is_loop & (steps["loop"] == loop_id))
-            if rows.size >= MIN_STEPS:
-                yield rows, "loop iterations"
+            yield rows, f"{phase} steps" if phase != "train" else "training steps", -1
+    # The iterations of the cell's loops, whether or not they hold steps: what slows down may
+    # be the Python around the step (a list of tensors stacked every iteration, a tensor
+    # concatenated onto), not the step itself.
+    is_loop = steps["kind"] == KINDS.index("loop")
+    for loop_id in np.unique(steps["loop"][is_loop]).tolist():
+        rows = np.flatnonzero(is_loop & (steps["loop"] == loop_id))
+        if rows.size >= MIN_STEPS:
+            yield rows, "loop iterations", int(loop_id)
 
 
 def _trend(record: Record, rows: np.ndarray) -> dict | None:

@@ -35,9 +35,11 @@ the batches inside the calls (the work), so the set-up share is measured, not gu
 - `compile` in a loop: compile once, before the loop.
 
 ## Threshold
-Five or more calls of one API from the same loop, with set-up (call time minus batch time)
-taking at least 30% of their total and at least 0.2 s in all; `compile` counts from three
-calls, since each one also forces the next `fit` to trace again.
+Five or more calls of one API on one model from the same loop, with set-up (call time minus
+batch time) taking at least 30% of their total and at least 0.2 s in all; `compile` counts
+from three calls, since each one also forces the next `fit` to trace again. A model built
+anew in the loop starts its own count (a search over models compiles and fits each one; with
+`clear_session()` the new models reuse the old names, so builds are told apart by time).
 """
 
 MIN_CALLS = 5
@@ -48,13 +50,14 @@ MIN_OVERHEAD_SECONDS = 0.2
 
 def check(record: Record, source: str | None) -> Finding | None:
     # Calls on one model from one loop: a new model per iteration (a search over models)
-    # needs its own compile and fit, and is `model-rebuilt-in-loop`'s business.
-    groups: dict[tuple[str, int, str], list[KerasCall]] = defaultdict(list)
+    # needs its own compile and fit, and is `model-rebuilt-in-loop`'s business. A model is
+    # told by its name and by when it was built: after `clear_session()` names repeat.
+    groups: dict[tuple[str, int, str, int], list[KerasCall]] = defaultdict(list)
     for call in record.keras_calls:
         if call.loop >= 0:
-            groups[(call.api, call.loop, call.model)].append(call)
+            groups[(call.api, call.loop, call.model, _built(record, call))].append(call)
     best: tuple[float, str, int, list[KerasCall]] | None = None
-    for (api, loop, _model), calls in groups.items():
+    for (api, loop, _model, _build), calls in groups.items():
         total = sum(c.duration for c in calls)
         work = sum(c.step_time for c in calls)
         overhead = total - work
@@ -120,13 +123,33 @@ def check(record: Record, source: str | None) -> Finding | None:
     return with_rewrite(finding, source, first_rewrite(source, *attempts))
 
 
+def _built(record: Record, call: KerasCall) -> int:
+    """Which model of that name the call was made on: the index of its latest build before
+    the call (-1: built before the run)."""
+    latest = -1
+    for index, model in enumerate(record.models):
+        if model.name == call.model and model.time <= call.start:
+            latest = index
+    return latest
+
+
 def _retracing_after(record: Record, compiles: list[KerasCall]) -> float:
-    """Seconds of traced Keras steps that follow these compiles (the train function rebuilt)."""
+    """Seconds of traced Keras steps in the calls on the same model that follow these
+    compiles (each compile drops the train function, so the next fit traces it again)."""
     import numpy as np
 
     from ..record import KINDS
 
     steps = record.steps
     first = min(c.start for c in compiles)
-    rows = (steps["kind"] == KINDS.index("keras")) & steps["traced"] & (steps["start"] > first)
-    return float(np.sum(steps["duration"][rows]))
+    key = (compiles[0].model, compiles[0].loop, _built(record, compiles[0]))
+    keras_traced = (steps["kind"] == KINDS.index("keras")) & steps["traced"]
+    total = 0.0
+    for call in record.keras_calls:
+        if call.api == "compile" or call.start <= first:
+            continue
+        if (call.model, call.loop, _built(record, call)) != key:
+            continue
+        inside = (steps["start"] >= call.start) & (steps["start"] <= call.start + call.duration)
+        total += float(np.sum(steps["duration"][keras_traced & inside]))
+    return total

@@ -44,14 +44,18 @@ class KerasModelProbe:
 
         def __init__(model: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
             __tracebackhide__ = True
-            if threading.get_ident() != rec.thread_id or _sequential_internal():
+            if threading.get_ident() != rec.thread_id:
                 return original(model, *args, **kwargs)
+            # The functional twin a Sequential model builds of itself is no model of the
+            # cell; it still counts as depth, so that the Model.__init__ it runs inside is
+            # not taken for a model either.
+            internal = _sequential_internal(model)
             probe._depth += 1
             try:
                 original(model, *args, **kwargs)
             finally:
                 probe._depth -= 1
-            if probe._depth == 0:
+            if probe._depth == 0 and not internal:
                 rss = rec.rss_reader() if rec.rss_reader is not None else -1
                 rec.models.append(
                     ModelBuilt(
@@ -67,7 +71,13 @@ class KerasModelProbe:
         return __init__
 
 
-def _sequential_internal() -> bool:
-    """A Sequential model builds a functional twin of itself: that is not a model of the cell."""
-    caller = sys._getframe(2)
-    return caller.f_globals.get("__name__") == "keras.src.models.sequential"
+def _sequential_internal(model: Any) -> bool:
+    """A Sequential model builds a functional twin of itself: that is not a model of the cell.
+
+    The Sequential model's own ``super().__init__()`` comes from the same module, and is the
+    cell's model: it is told apart by being a Sequential.
+    """
+    import keras
+
+    caller = sys._getframe(2).f_globals.get("__name__")
+    return caller == "keras.src.models.sequential" and not isinstance(model, keras.Sequential)

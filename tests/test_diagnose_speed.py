@@ -1,0 +1,393 @@
+"""Findings about wasted time in the step itself, each on real cells that have the problem and
+on near-miss cells that must stay silent: retracing, eager-step, repeated-keras-call,
+model-rebuilt-in-loop, progressive-slowdown."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
+from tests.helpers import profiled
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def tab(ip):
+    ip.run_cell(TABULAR)
+    return ip
+
+
+def step_body(name: str = "train_step", args: str = "xb, yb") -> str:
+    return (
+        f"def {name}({args}):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+    )
+
+
+# -- retracing ------------------------------------------------------------------------------
+
+
+def test_retracing_python_step_number_argument(tab):
+    # The step counter passed as a Python int, to log every few steps inside the function.
+    result, r = profiled(
+        tab,
+        "@tf.function\n"
+        "def logged_step(xb, yb, step):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    if step % 5 == 0:\n"
+        "        tf.print('step', step, 'loss', loss)\n"
+        "    return loss\n"
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(128)\n"
+        "for step, (xb, yb) in enumerate(ds.take(12)):\n"
+        "    logged_step(xb, yb, step)\n",
+    )
+    assert result.success
+    f = the(r, "retracing")
+    assert f.severity == "warning"
+    assert f.evidence["function"] == "logged_step"
+    assert f.evidence["calls"] == 12
+    assert f.evidence["traces"] >= 12  # a new graph for every value of `step`
+    assert f.evidence["function_objects"] == 1
+    changing = f.evidence["changing_arguments"]
+    assert list(changing) == ["step"], changing
+    assert changing["step"][:2] == ["Literal[0]", "Literal[1]"]
+    assert f.evidence["tracing_time_s"] > 0
+    assert "`step`" in f.detail
+
+
+def test_retracing_variable_length_batches(tab):
+    # Token sequences padded to the longest of each batch: the batch shape changes every time.
+    result, r = profiled(
+        tab,
+        "lengths = rng.integers(5, 60, size=400)\n"
+        "seqs = [rng.integers(1, 100, size=n) for n in lengths]\n"
+        "labels = rng.integers(0, 2, size=400)\n"
+        "text_model = keras.Sequential([keras.layers.Embedding(100, 8),\n"
+        "                               keras.layers.GlobalAveragePooling1D(),\n"
+        "                               keras.layers.Dense(2)])\n"
+        "text_opt = keras.optimizers.Adam()\n"
+        "@tf.function\n"
+        "def text_step(tokens, yb):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, text_model(tokens, training=True))\n"
+        "    grads = tape.gradient(loss, text_model.trainable_variables)\n"
+        "    text_opt.apply_gradients(zip(grads, text_model.trainable_variables))\n"
+        "    return loss\n"
+        "for i in range(0, 400, 8):\n"
+        "    batch = keras.utils.pad_sequences(seqs[i:i + 8], padding='post')\n"
+        "    text_step(tf.constant(batch), tf.constant(labels[i:i + 8]))\n",
+    )
+    assert result.success
+    f = the(r, "retracing")
+    assert f.evidence["function"] == "text_step"
+    assert f.evidence["calls"] == 50
+    assert f.evidence["traces"] >= 5
+    changing = f.evidence["changing_arguments"]
+    assert "tokens" in changing and "yb" not in changing, changing
+    assert all("TensorSpec(shape=(8, " in spec for spec in changing["tokens"])
+    assert "shapes" in f.detail
+
+
+def test_retracing_function_created_inside_the_epoch_loop(tab):
+    result, r = profiled(
+        tab,
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(256)\n"
+        "for epoch in range(6):\n"
+        "    @tf.function\n" + "\n".join("    " + line for line in step_body().splitlines()) + "\n"
+        "    for xb, yb in ds:\n"
+        "        train_step(xb, yb)\n",
+    )
+    assert result.success
+    f = the(r, "retracing")
+    assert f.evidence["function"] == "train_step"
+    assert f.evidence["function_objects"] == 6
+    assert f.evidence["traces"] >= 6
+    assert f.evidence["calls"] == 48
+    assert "objects" in f.detail
+
+
+def test_no_retracing_for_a_flag_and_a_last_partial_batch(tab):
+    # Two values of a Python flag and one short last batch: three graphs, all needed.
+    result, r = profiled(
+        tab,
+        "@tf.function\n"
+        "def run(xb, yb, training):\n"
+        "    return loss_fn(yb, model(xb, training=training))\n"
+        "ds = tf.data.Dataset.from_tensor_slices((x[:1000], y[:1000])).batch(128)\n"
+        "for epoch in range(3):\n"
+        "    for xb, yb in ds:\n"
+        "        train_step(xb, yb)\n"
+        "        run(xb, yb, True)\n"
+        "    run(xb, yb, False)\n",
+    )
+    assert result.success
+    assert_silent(r, "retracing")
+    assert not problems(r), listing(r)
+
+
+# -- eager-step -----------------------------------------------------------------------------
+
+
+def test_eager_step_gradient_tape_loop_without_tf_function(tab):
+    result, r = profiled(
+        tab,
+        step_body("eager_step") + "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)\n"
+        "for xb, yb in ds:\n"
+        "    eager_step(xb, yb)\n",
+    )
+    assert result.success
+    f = the(r, "eager-step")
+    assert f.severity == "warning"
+    assert f.evidence["eager_steps"] == 32 == f.evidence["training_steps"]
+    assert f.evidence["median_eager_step_s"] > 0
+    assert f.evidence["median_compiled_step_s"] is None
+    assert "not wrapped in `tf.function`" in f.evidence["cause"]
+
+
+def test_eager_step_compiled_with_run_eagerly(tab):
+    result, r = profiled(
+        tab,
+        "model.compile(optimizer='adam', loss=loss_fn, run_eagerly=True)\n"
+        "model.fit(x, y, batch_size=128, epochs=2, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "eager-step")
+    assert f.evidence["eager_steps"] == 32
+    assert "run_eagerly=True" in f.evidence["cause"]
+
+
+@pytest.fixture
+def functions_eagerly_reset(tab):
+    yield tab
+    tab.run_cell("tf.config.run_functions_eagerly(False)")
+
+
+def test_eager_step_run_functions_eagerly_left_on(functions_eagerly_reset):
+    # Switched on to debug the step with print(), and left on.
+    result, r = profiled(
+        functions_eagerly_reset,
+        "tf.config.run_functions_eagerly(True)\n"
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)\n"
+        "for xb, yb in ds.take(20):\n"
+        "    train_step(xb, yb)\n",
+    )
+    assert result.success
+    f = the(r, "eager-step")
+    assert f.evidence["eager_steps"] == 20
+    assert "run_functions_eagerly(True)" in f.evidence["cause"]
+
+
+def test_no_eager_step_for_one_debugging_step_before_compiled_training(tab):
+    result, r = profiled(
+        tab,
+        step_body("debug_step") + "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)\n"
+        "for xb, yb in ds.take(3):\n"
+        "    print(float(debug_step(xb, yb)))\n"
+        "for epoch in range(2):\n"
+        "    for xb, yb in ds:\n"
+        "        train_step(xb, yb)\n",
+    )
+    assert result.success
+    assert_silent(r, "eager-step")
+    assert not problems(r), listing(r)
+
+
+# -- repeated-keras-call --------------------------------------------------------------------
+
+
+@pytest.fixture
+def compiled(tab):
+    tab.run_cell(
+        "model.compile(optimizer='adam', loss=loss_fn, metrics=['accuracy'])\n"
+        "model.fit(x[:64], y[:64], batch_size=64, verbose=0)\n"  # built and traced already
+    )
+    return tab
+
+
+def test_repeated_predict_on_one_sample_at_a_time(compiled):
+    result, r = profiled(
+        compiled,
+        "labels = []\n"
+        "for i in range(25):\n"
+        "    probabilities = model.predict(x[i:i + 1], verbose=0)\n"
+        "    labels.append(int(probabilities.argmax()))\n",
+    )
+    assert result.success
+    f = the(r, "repeated-keras-call")
+    assert f.severity == "warning"
+    assert f.evidence["api"] == "predict"
+    assert f.evidence["calls"] == 25
+    assert f.evidence["batches_per_call"] == 1
+    assert f.evidence["setup_share"] >= 0.5
+    assert f.evidence["setup_s"] > f.evidence["work_in_batches_s"]
+    assert f.evidence["loop"].startswith("line 3: for i in range(25):")
+
+
+def test_repeated_fit_one_epoch_at_a_time(compiled):
+    result, r = profiled(
+        compiled,
+        "for epoch in range(8):\n"
+        "    print('epoch', epoch)\n"
+        "    model.fit(x, y, batch_size=256, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "repeated-keras-call")
+    assert f.evidence["api"] == "fit"
+    assert f.evidence["calls"] == 8
+    assert f.evidence["batches_per_call"] == 8
+    assert f.evidence["setup_share"] >= 0.3
+
+
+def test_repeated_compile_in_a_learning_rate_loop(compiled):
+    result, r = profiled(
+        compiled,
+        "for lr in [1e-2, 3e-3, 1e-3, 3e-4]:\n"
+        "    model.compile(optimizer=keras.optimizers.Adam(lr), loss=loss_fn)\n"
+        "    model.fit(x, y, batch_size=256, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "repeated-keras-call")
+    assert f.evidence["api"] == "compile"
+    assert f.evidence["calls"] == 4
+    assert f.evidence["setup_s"] >= 0.2  # the compiles and the tracing they force
+    assert "traces it again" in f.detail
+
+
+def test_no_repeated_keras_call_for_one_fit_and_one_evaluate(compiled):
+    result, r = profiled(
+        compiled,
+        "model.fit(x, y, batch_size=128, epochs=8, verbose=0)\n"
+        "print(model.evaluate(x, y, batch_size=512, verbose=0))\n",
+    )
+    assert result.success
+    assert_silent(r, "repeated-keras-call")
+    assert not problems(r), listing(r)
+
+
+# -- model-rebuilt-in-loop ------------------------------------------------------------------
+
+MAKE_MODEL = (
+    "def make_model(units):\n"
+    "    m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(units, activation='relu'),\n"
+    "                          keras.layers.Dense(units, activation='relu'),\n"
+    "                          keras.layers.Dense(2)])\n"
+    "    m.compile(optimizer='adam', loss=loss_fn, metrics=['accuracy'])\n"
+    "    return m\n"
+)
+
+
+def test_model_rebuilt_in_a_search_without_clear_session(tab):
+    result, r = profiled(
+        tab,
+        MAKE_MODEL + "scores = {}\n"
+        "for units in [64, 96, 128, 192, 256]:\n"
+        "    m = make_model(units)\n"
+        "    m.fit(x[:512], y[:512], batch_size=128, epochs=1, verbose=0)\n"
+        "    scores[units] = m.evaluate(x[512:1024], y[512:1024], verbose=0)[1]\n",
+    )
+    assert result.success
+    f = the(r, "model-rebuilt-in-loop")
+    assert f.evidence["models_built"] == 5
+    assert f.evidence["loop"].startswith("line 9: for units in")
+    first, last = f.evidence["first_name"], f.evidence["last_name"]
+    assert first.startswith("sequential") and last.startswith("sequential") and first != last
+    # Models, optimizer slots and traced functions stay registered: memory grows per model.
+    assert f.evidence["memory_per_model_bytes"] >= MIB
+    assert f.severity == "warning"
+    assert_silent(r, "repeated-keras-call")  # one compile and one fit per model
+
+
+def test_model_rebuilt_on_every_training_step(tab):
+    result, r = profiled(
+        tab,
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(128)\n"
+        "for xb, yb in ds:\n"
+        "    net = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8),\n"
+        "                            keras.layers.Dense(2)])\n"
+        "    net.compile(optimizer='sgd', loss=loss_fn)\n"
+        "    net.train_on_batch(xb, yb)\n",
+    )
+    assert result.success
+    f = the(r, "model-rebuilt-in-loop")
+    assert f.severity == "warning"
+    assert f.evidence["models_built"] == 16
+    assert f.evidence["training_steps_in_loop"] == 16
+    assert "no model keeps what it learned" in f.detail
+
+
+def test_no_model_rebuilt_finding_when_the_search_clears_the_session(tab):
+    result, r = profiled(
+        tab,
+        MAKE_MODEL + "scores = {}\n"
+        "for units in [16, 24, 32, 48, 64]:\n"
+        "    keras.backend.clear_session()\n"
+        "    m = make_model(units)\n"
+        "    m.fit(x[:512], y[:512], batch_size=128, epochs=1, verbose=0)\n"
+        "    scores[units] = m.evaluate(x[512:1024], y[512:1024], verbose=0)[1]\n",
+    )
+    assert result.success
+    assert len(r.record.models) == 5
+    assert {m.name for m in r.record.models} == {"sequential"}  # the counter was reset
+    assert_silent(r, "model-rebuilt-in-loop")
+    # Each new model is compiled, fitted and evaluated once: nothing is repeated on one model.
+    assert_silent(r, "repeated-keras-call")
+
+
+# -- progressive-slowdown -------------------------------------------------------------------
+
+
+def test_progressive_slowdown_from_a_memory_bank_that_is_never_truncated(tab):
+    # Contrastive training against every embedding seen so far: each step's matmul grows.
+    result, r = profiled(
+        tab,
+        "encoder = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64)])\n"
+        "enc_opt = keras.optimizers.Adam(1e-3)\n"
+        "@tf.function(reduce_retracing=True)\n"
+        "def contrastive_step(xb, bank):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        z = tf.math.l2_normalize(encoder(xb, training=True), axis=1)\n"
+        "        logits = tf.matmul(z, bank, transpose_b=True) / 0.1\n"
+        "        loss = tf.reduce_mean(tf.reduce_logsumexp(logits, axis=1))\n"
+        "    grads = tape.gradient(loss, encoder.trainable_variables)\n"
+        "    enc_opt.apply_gradients(zip(grads, encoder.trainable_variables))\n"
+        "    return z\n"
+        "bank = tf.math.l2_normalize(tf.random.normal((32, 64)), axis=1)\n"
+        "ds = tf.data.Dataset.from_tensor_slices(x).batch(32)\n"
+        "for epoch in range(6):\n"
+        "    for xb in ds:\n"
+        "        z = contrastive_step(xb, bank)\n"
+        "        bank = tf.concat([bank, z], axis=0)\n",
+    )
+    assert result.success
+    f = the(r, "progressive-slowdown")
+    assert f.severity == "warning"
+    assert f.evidence["steps"] == "training steps"
+    assert f.evidence["ratio"] >= 1.5
+    assert f.evidence["late_median_s"] - f.evidence["early_median_s"] >= 0.0005
+    assert f.evidence["rank_correlation"] >= 0.8
+    assert f.evidence["slope_s_per_1000_steps"] > 0
+
+
+def test_progressive_slowdown_of_a_loop_that_concatenates_onto_a_tensor(tab):
+    # Embeddings of every batch gathered by concatenation: each iteration copies all of them.
+    result, r = profiled(
+        tab,
+        "encoder = keras.Sequential([keras.Input((16,)), keras.layers.Dense(768)])\n"
+        "embeddings = tf.zeros((0, 768))\n"
+        "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat(5):\n"
+        "    embeddings = tf.concat([embeddings, encoder(xb)], axis=0)\n",
+    )
+    assert result.success
+    f = the(r, "progressive-slowdown")
+    assert f.evidence["steps"] == "loop iterations"
+    assert f.evidence["where"].startswith("line 4: for xb, yb in")
+    assert f.evidence["ratio"] >= 1.5
+    assert f.evidence["rank_correlation"] >= 0.8

@@ -38,10 +38,33 @@ def median(values: np.ndarray) -> float | None:
 
 
 def loop_line(record: Record, loop_id: int) -> int | None:
+    """The loop's line in `record.source`, the text the rewrites are given.
+
+    Recorded loop lines count the ``%%tfprofile`` line of the cell, as the notebook and
+    tracebacks show them (`loop_label`); the recorded source is the cell without it.
+    """
     for loop in record.loops:
         if loop.id == loop_id:
-            return loop.lineno
+            return loop.lineno - source_line_offset(record)
     return None
+
+
+def source_line_offset(record: Record) -> int:
+    """Lines that recorded loop lines count before `record.source` begins: 1 when the cell ran
+    under a ``%%tfprofile`` line that the source does not hold, 0 otherwise."""
+    source = record.source
+    heads = [(loop.lineno, loop.source.strip()) for loop in record.loops if loop.source.strip()]
+    if not source or not heads:
+        return 0
+    lines = source.splitlines()
+    for offset in (1, 0):
+        if all(
+            0 < lineno - offset <= len(lines)
+            and lines[lineno - offset - 1].strip().startswith(head.splitlines()[0])
+            for lineno, head in heads
+        ):
+            return offset
+    return 0
 
 
 def loop_label(record: Record, loop_id: int) -> str:

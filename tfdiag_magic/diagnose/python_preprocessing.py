@@ -5,7 +5,14 @@ from __future__ import annotations
 from ..findings import Finding
 from ..record import LoopInfo, Record
 from ..views.units import seconds, share
-from .evidence import first_rewrite, loop_label, rounded, with_rewrite
+from .evidence import (
+    first_rewrite,
+    loop_label,
+    loop_line,
+    rounded,
+    source_line_offset,
+    with_rewrite,
+)
 
 CODE = "python-preprocessing"
 TITLE = "Python loops over data items dominate the cell"
@@ -86,11 +93,45 @@ def check(record: Record, source: str | None) -> Finding | None:
     return with_rewrite(
         finding,
         source,
-        first_rewrite(source, ("vectorise_element_loop", {"loop_lineno": loop.lineno})),
+        first_rewrite(
+            source, ("vectorise_element_loop", {"loop_lineno": loop_line(record, loop.id)})
+        ),
     )
 
 
 def _inner_iterations(record: Record, outer: LoopInfo, loops: list[LoopInfo]) -> int:
-    del record
-    inner = [item for item in loops if item.lineno > outer.lineno and item.seconds <= outer.seconds]
+    """Iterations of the busiest loop nested in `outer` (0: none), whatever its own time.
+
+    Nesting is read from the cell (the loops' line spans); without it, a candidate loop after
+    `outer` that took no longer counts as nested.
+    """
+    offset = source_line_offset(record)
+    end = _loop_ends(record.source).get(outer.lineno - offset)
+    if end is not None:
+        end += offset
+        inner = [item for item in record.loops if outer.lineno < item.lineno <= end]
+    else:
+        inner = [
+            item for item in loops if item.lineno > outer.lineno and item.seconds <= outer.seconds
+        ]
     return max((item.iterations for item in inner), default=0)
+
+
+def _loop_ends(source: str | None) -> dict[int, int]:
+    """Line of each for/while loop of the cell -> its last line (empty if it does not parse).
+
+    The recorded loop lines count from the cell's first line, as the parsed source does.
+    """
+    import ast
+
+    if not source:
+        return {}
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    return {
+        node.lineno: node.end_lineno or node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+    }

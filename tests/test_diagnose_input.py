@@ -1,0 +1,468 @@
+"""Findings about time spent around the step, each on real cells that have the problem and on
+near-miss cells that must stay silent: input-bound, python-preprocessing,
+per-step-host-conversion, small-batch, slow-callback, gc-pauses."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
+from tests.helpers import profiled
+
+
+@pytest.fixture
+def tab(ip):
+    ip.run_cell(TABULAR)
+    return ip
+
+
+IMAGES = """
+import numpy as np, tensorflow as tf, keras, time
+rng = np.random.default_rng(0)
+images = rng.integers(0, 256, size=(512, 96, 96, 3), dtype=np.uint8)
+labels = rng.integers(0, 10, size=512)
+model = keras.Sequential([keras.Input((96, 96, 3)), keras.layers.Flatten(),
+                          keras.layers.Dense(16, activation="relu"), keras.layers.Dense(10)])
+optimizer = keras.optimizers.Adam(1e-3)
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+@tf.function
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(yb, model(xb, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+"""
+
+
+@pytest.fixture
+def img(ip):
+    ip.run_cell(IMAGES)
+    return ip
+
+
+# -- input-bound ----------------------------------------------------------------------------
+
+
+def test_input_bound_python_generator_augmenting_each_image(img):
+    result, r = profiled(
+        img,
+        "def augment(image):\n"
+        "    image = image.astype('float32') / 255.0\n"
+        "    top, left = rng.integers(0, 17, size=2)\n"
+        "    image = np.pad(image, ((8, 8), (8, 8), (0, 0)), mode='reflect')\n"
+        "    image = image[top:top + 96, left:left + 96]\n"
+        "    if rng.random() < 0.5:\n"
+        "        image = image[:, ::-1]\n"
+        "    noise = rng.normal(0, 0.02, image.shape)\n"
+        "    return np.clip(image * rng.uniform(0.8, 1.2) + noise, 0, 1)\n"
+        "def batches(batch_size=32):\n"
+        "    order = rng.permutation(len(images))\n"
+        "    for start in range(0, len(order), batch_size):\n"
+        "        idx = order[start:start + batch_size]\n"
+        "        xb = np.stack([augment(images[i]) for i in idx]).astype('float32')\n"
+        "        yield xb, labels[idx]\n"
+        "for epoch in range(3):\n"
+        "    for xb, yb in batches():\n"
+        "        train_step(xb, yb)\n",
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    assert f.severity == "warning"
+    ev = f.evidence
+    assert ev["where"].startswith("line 18: for xb, yb in batches():")
+    assert ev["ready_batch_s"] == 0.002
+    assert ev["wait_beyond_ready_batch_s"] >= 0.2
+    assert ev["wait_share"] >= 0.2
+    assert ev["median_wait_s"] > ev["median_step_s"]  # making a batch outlasts the step
+    assert ev["input_batches_per_s"] < ev["training_steps_per_s"] * 3
+    assert ev["steps"] == 47  # the steady steps: all but the first
+
+
+def test_input_bound_py_function_decoding_in_tf_data(img):
+    result, r = profiled(
+        img,
+        "def load(i):\n"
+        "    time.sleep(0.003)  # reads and decodes one file\n"
+        "    i = int(i)\n"
+        "    return images[i].astype('float32') / 255.0, labels[i]\n"
+        "def tf_load(i):\n"
+        "    image, label = tf.py_function(load, [i], [tf.float32, tf.int64])\n"
+        "    image.set_shape((96, 96, 3))\n"
+        "    label.set_shape(())\n"
+        "    return image, label\n"
+        "ds = tf.data.Dataset.range(len(images)).map(tf_load).batch(8).prefetch(1)\n"
+        "for xb, yb in ds.take(16):\n"
+        "    train_step(xb, yb)\n",
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    assert f.evidence["where"].startswith("line 12: for xb, yb in ds.take(16):")
+    assert f.evidence["median_wait_s"] >= 0.01  # eight files, one after the other
+    assert f.evidence["wait_share"] >= 0.5
+
+
+def test_input_bound_slow_generator_given_to_fit(img):
+    result, r = profiled(
+        img,
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "def batches():\n"
+        "    while True:\n"
+        "        idx = rng.integers(0, len(images), 16)\n"
+        "        time.sleep(0.01)  # reads the batch from a slow disk\n"
+        "        yield np.stack([images[i] / 255.0 for i in idx]).astype('float32'), labels[idx]\n"
+        "model.fit(batches(), steps_per_epoch=30, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert ev["api"] == "fit"
+    assert ev["batches_made"] >= 30
+    assert ev["generator_s_per_batch"] >= 0.01
+    assert ev["generator_share_of_step_time"] >= 0.8
+    assert ev["generator_s"] >= 0.3
+
+
+def test_no_input_bound_for_a_generator_of_ready_slices(img):
+    # A generator that only slices arrays already in memory keeps up with the step.
+    result, r = profiled(
+        img,
+        "x = (images / 255.0).astype('float32')\n"
+        "def batches(batch_size=32):\n"
+        "    for start in range(0, len(x), batch_size):\n"
+        "        yield x[start:start + batch_size], labels[start:start + batch_size]\n"
+        "for epoch in range(4):\n"
+        "    for xb, yb in batches():\n"
+        "        train_step(xb, yb)\n",
+    )
+    assert result.success
+    assert_silent(r, "input-bound")
+
+
+# -- python-preprocessing -------------------------------------------------------------------
+
+
+def test_python_preprocessing_pixel_by_pixel_grayscale(img):
+    result, r = profiled(
+        img,
+        "gray = np.empty((200, 96, 96), dtype=np.float32)\n"
+        "for i in range(200):\n"
+        "    for row in range(32):\n"
+        "        for col in range(32):\n"
+        "            red, green, blue = images[i, row, col]\n"
+        "            gray[i, row, col] = (0.299 * red + 0.587 * green + 0.114 * blue) / 255\n",
+    )
+    assert result.success
+    f = the(r, "python-preprocessing")
+    assert f.severity == "warning"
+    ev = f.evidence
+    assert ev["iterations"] >= 1000
+    assert ev["inner_iterations"] == 200 * 32 * 32
+    assert ev["seconds"] >= 0.5
+    assert ev["share_of_cell"] >= 0.25
+    assert ev["loop"].startswith("line 4: for row in range(32):")
+    assert ev["per_iteration_s"] == pytest.approx(ev["seconds"] / ev["iterations"], rel=0.01)
+
+
+def test_python_preprocessing_tokenising_text_word_by_word(ip):
+    ip.run_cell(
+        "import numpy as np\n"
+        "rng = np.random.default_rng(0)\n"
+        "words = np.array('the a cat dog sat ran on under mat tree big small red'.split())\n"
+        "texts = [' '.join(words[rng.integers(0, len(words), 30)]) for _ in range(20000)]\n"
+    )
+    result, r = profiled(
+        ip,
+        "vocab, encoded = {}, []\n"
+        "for text in texts:\n"
+        "    ids = []\n"
+        "    for word in text.lower().split():\n"
+        "        if word not in vocab:\n"
+        "            vocab[word] = len(vocab) + 1\n"
+        "        ids.append(vocab[word])\n"
+        "    encoded.append(ids[:24] + [0] * (24 - len(ids[:24])))\n"
+        "tokens = np.array(encoded)\n",
+    )
+    assert result.success
+    f = the(r, "python-preprocessing")
+    ev = f.evidence
+    assert ev["loop"].startswith("line 3: for text in texts:")
+    assert ev["iterations"] == 20000
+    assert ev["inner_iterations"] == 20000 * 30
+    assert ev["share_of_cell"] >= 0.25
+
+
+def test_python_preprocessing_dataframe_iterrows(ip):
+    ip.run_cell(
+        "import numpy as np, pandas as pd\n"
+        "rng = np.random.default_rng(0)\n"
+        "df = pd.DataFrame({'age': rng.integers(18, 90, 40000),\n"
+        "                   'income': rng.normal(5e4, 1e4, 40000),\n"
+        "                   'city': rng.choice(['paris', 'lyon', 'nice'], 40000)})\n"
+    )
+    result, r = profiled(
+        ip,
+        "features = []\n"
+        "for _, row in df.iterrows():\n"
+        "    features.append([(row['age'] - 50) / 20, np.log1p(row['income']),\n"
+        "                     1.0 if row['city'] == 'paris' else 0.0])\n"
+        "features = np.array(features, dtype='float32')\n",
+    )
+    assert result.success
+    f = the(r, "python-preprocessing")
+    assert f.evidence["loop"].startswith("line 3: for _, row in df.iterrows():")
+    assert f.evidence["iterations"] == 40000
+    assert f.evidence["inner_iterations"] == 0
+
+
+def test_no_python_preprocessing_for_vectorised_work_and_a_short_loop(img):
+    result, r = profiled(
+        img,
+        "weights = np.array([0.299, 0.587, 0.114], dtype=np.float32)\n"
+        "gray = (images.astype(np.float32) @ weights) / 255\n"
+        "means = []\n"
+        "for i in range(100):\n"
+        "    means.append(float(gray[i].mean()))\n",
+    )
+    assert result.success
+    assert_silent(r, "python-preprocessing")
+    assert not problems(r), listing(r)
+
+
+# -- per-step-host-conversion ---------------------------------------------------------------
+
+
+def check_conversion(f, steps: int, bytes_per_step: int) -> None:
+    ev = f.evidence
+    assert ev["steps_fed_from_numpy"] == steps == ev["training_steps"]
+    assert ev["bytes_per_step"] == bytes_per_step
+    assert ev["conversion_s_per_step"] > 0
+    assert not ev["gpu"]
+    # On a CPU the copy is no transfer: a warning only when the loop's own work between the
+    # steps (slicing, converting) takes a tenth of it.
+    expected = "warning" if ev["outside_steps_share_of_loop"] >= 0.1 else "info"
+    assert f.severity == expected
+
+
+def test_host_conversion_train_on_batch_with_numpy_slices(tab):
+    result, r = profiled(
+        tab,
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "for epoch in range(2):\n"
+        "    for i in range(0, len(x), 64):\n"
+        "        model.train_on_batch(x[i:i + 64], y[i:i + 64])\n",
+    )
+    assert result.success
+    f = the(r, "per-step-host-conversion")
+    check_conversion(f, 64, 64 * 16 * 4 + 64 * 4)
+    assert f.evidence["loop"].startswith("line 4: for i in range(0, len(x), 64):")
+
+
+def test_host_conversion_tf_function_step_on_shuffled_numpy_batches(tab):
+    result, r = profiled(
+        tab,
+        "for epoch in range(2):\n"
+        "    order = rng.permutation(len(x))\n"
+        "    for i in range(0, len(x), 128):\n"
+        "        idx = order[i:i + 128]\n"
+        "        train_step(x[idx], y[idx])\n",
+    )
+    assert result.success
+    check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
+
+
+def test_host_conversion_convert_to_tensor_before_each_step(tab):
+    result, r = profiled(
+        tab,
+        "mean, std = x.mean(axis=0), x.std(axis=0)\n"
+        "for epoch in range(2):\n"
+        "    for i in range(0, len(x), 128):\n"
+        "        xb = tf.convert_to_tensor((x[i:i + 128] - mean) / std)\n"
+        "        yb = tf.convert_to_tensor(y[i:i + 128])\n"
+        "        train_step(xb, yb)\n",
+    )
+    assert result.success
+    check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
+
+
+# -- small-batch ----------------------------------------------------------------------------
+
+
+def test_small_batch_fit_one_sample_at_a_time(tab):
+    result, r = profiled(
+        tab,
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "model.fit(x[:160], y[:160], batch_size=1, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "small-batch")
+    assert f.severity == "warning"
+    ev = f.evidence
+    assert ev["batch_size"] == 1
+    assert ev["steps"] == 159  # the steady steps: all but the first
+    assert ev["median_step_s"] < 0.02
+    assert ev["samples_per_s"] == pytest.approx(1 / ev["median_step_s"], rel=0.01)
+
+
+def test_small_batch_custom_loop_over_batches_of_four(tab):
+    result, r = profiled(
+        tab,
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(2048).batch(4)\n"
+        "for xb, yb in ds.take(150):\n"
+        "    train_step(xb, yb)\n",
+    )
+    assert result.success
+    f = the(r, "small-batch")
+    assert f.evidence["batch_size"] == 4
+    assert f.evidence["samples_per_s"] == pytest.approx(4 / f.evidence["median_step_s"], rel=0.01)
+
+
+def test_no_small_batch_at_sixteen(tab):
+    result, r = profiled(
+        tab,
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "model.fit(x, y, batch_size=16, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    assert_silent(r, "small-batch")
+    assert not problems(r), listing(r)
+
+
+# -- slow-callback --------------------------------------------------------------------------
+
+
+def test_slow_callback_logging_every_batch(tab, tmp_path):
+    log = tmp_path / "batches.csv"
+    result, r = profiled(
+        tab,
+        "import time\n"
+        "class BatchLogger(keras.callbacks.Callback):\n"
+        "    def __init__(self, path):\n"
+        "        super().__init__()\n"
+        "        self.path = path\n"
+        "    def on_train_batch_end(self, batch, logs=None):\n"
+        "        with open(self.path, 'a') as f:\n"
+        "            f.write(f\"{batch},{logs['loss']}\\n\")\n"
+        "        time.sleep(0.005)  # the metrics server answers\n"
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        f"logger = BatchLogger({str(log)!r})\n"
+        "model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[logger])\n",
+    )
+    assert result.success
+    assert len(log.read_text().splitlines()) == 64
+    f = the(r, "slow-callback")
+    assert f.severity == "warning"
+    ev = f.evidence
+    assert ev["phase"] == "train"
+    assert ev["batches"] == 63  # steady batches
+    assert ev["per_batch_callback_s"] >= 0.005
+    assert ev["callback_share_of_step_time"] >= 0.2
+    assert max(ev["per_callback_s"], key=ev["per_callback_s"].get) == "BatchLogger"
+    assert ev["per_callback_s"]["BatchLogger"] >= 64 * 0.005
+    assert "BatchLogger" in f.title
+
+
+def test_slow_callback_predicting_the_validation_set_every_batch(tab):
+    result, r = profiled(
+        tab,
+        "class ValidationAccuracy(keras.callbacks.Callback):\n"
+        "    def on_train_batch_end(self, batch, logs=None):\n"
+        "        predicted = self.model.predict(x[:256], verbose=0).argmax(axis=1)\n"
+        "        self.accuracy = float((predicted == y[:256]).mean())\n"
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "model.fit(x[:1024], y[:1024], batch_size=64, epochs=1, verbose=0,\n"
+        "          callbacks=[ValidationAccuracy()])\n",
+    )
+    assert result.success
+    f = the(r, "slow-callback")
+    ev = f.evidence
+    assert ev["phase"] == "train"
+    assert ev["batches"] == 15  # the training batches, not the predict batches inside them
+    assert "ValidationAccuracy" in ev["per_callback_s"]
+    assert ev["callback_share_of_step_time"] >= 1
+
+
+def test_no_slow_callback_for_cheap_batch_hooks_and_epoch_work(tab, tmp_path):
+    result, r = profiled(
+        tab,
+        "class LossHistory(keras.callbacks.Callback):\n"
+        "    def on_train_begin(self, logs=None):\n"
+        "        self.losses = []\n"
+        "    def on_train_batch_end(self, batch, logs=None):\n"
+        "        self.losses.append(logs['loss'])\n"
+        "model.compile(optimizer='adam', loss=loss_fn, metrics=['accuracy'])\n"
+        "callbacks = [LossHistory(), keras.callbacks.EarlyStopping(monitor='loss', patience=2),\n"
+        f"             keras.callbacks.CSVLogger({str(tmp_path / 'epochs.csv')!r})]\n"
+        "model.fit(x, y, batch_size=32, epochs=3, verbose=0, callbacks=callbacks)\n",
+    )
+    assert result.success
+    assert_silent(r, "slow-callback")
+    assert not problems(r), listing(r)
+
+
+# -- gc-pauses ------------------------------------------------------------------------------
+
+
+def test_gc_pauses_collect_every_ten_steps(tab):
+    result, r = profiled(
+        tab,
+        "import gc\n"
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)\n"
+        "for step, (xb, yb) in enumerate(ds):\n"
+        "    loss = train_step(xb, yb)\n"
+        "    if step % 10 == 0:\n"
+        "        gc.collect()  # free memory\n",
+    )
+    assert result.success
+    f = the(r, "gc-pauses")
+    assert f.severity == "warning"
+    ev = f.evidence
+    assert ev["cell_calls_gc_collect"] is True
+    assert ev["collections_per_generation"]["2"] >= 7  # one full collection per call
+    assert ev["pause_s"] >= 0.25
+    assert ev["share_of_run"] >= 0.05
+    assert ev["longest_pause_s"] <= ev["pause_s"]
+    assert "gc.collect()" in f.detail
+
+
+def test_gc_pauses_callback_collecting_after_each_epoch(tab):
+    # The "memory leak" advice: a full collection at the end of every epoch.
+    result, r = profiled(
+        tab,
+        "import gc\n"
+        "class FreeMemory(keras.callbacks.Callback):\n"
+        "    def on_epoch_end(self, epoch, logs=None):\n"
+        "        gc.collect()\n"
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "model.fit(x, y, batch_size=256, epochs=6, verbose=0, callbacks=[FreeMemory()])\n",
+    )
+    assert result.success
+    f = the(r, "gc-pauses")
+    assert f.evidence["collections_per_generation"]["2"] >= 6
+    assert f.evidence["share_of_run"] >= 0.05
+    assert_silent(r, "slow-callback")  # the epoch hook is no batch hook
+
+
+@pytest.fixture
+def unfreeze(tab):
+    yield tab
+    gc.unfreeze()
+
+
+def test_no_gc_pauses_once_set_up_is_frozen(unfreeze):
+    # gc.freeze() after set-up: the periodic collections no longer walk TensorFlow's objects.
+    result, r = profiled(
+        unfreeze,
+        "import gc\n"
+        "gc.freeze()\n"
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)\n"
+        "for step, (xb, yb) in enumerate(ds):\n"
+        "    loss = train_step(xb, yb)\n"
+        "    if step % 10 == 0:\n"
+        "        gc.collect()\n",
+    )
+    assert result.success
+    assert_silent(r, "gc-pauses")

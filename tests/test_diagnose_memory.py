@@ -1,0 +1,124 @@
+"""host-memory-growth on real cells that keep something on every step, and on cells whose
+memory fills once (a dataset cache) or stays flat, which must stay silent."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnosis_support import assert_silent, listing, problems, the
+from tests.helpers import profiled
+
+MIB = 1 << 20
+
+WIDE = """
+import numpy as np, tensorflow as tf, keras
+rng = np.random.default_rng(0)
+x = rng.normal(size=(4096, 256)).astype("float32")
+y = (x[:, :4].sum(axis=1) > 0).astype("int32")
+model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024, activation="relu"),
+                          keras.layers.Dense(512, activation="relu"), keras.layers.Dense(2)])
+optimizer = keras.optimizers.Adam(1e-3)
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+WEIGHT_BYTES = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
+"""
+
+
+@pytest.fixture
+def wide(ip):
+    ip.run_cell(WIDE)
+    return ip
+
+
+def weight_bytes(ip) -> int:
+    return int(ip.user_ns["WEIGHT_BYTES"])
+
+
+def test_host_memory_growth_gradients_kept_for_later_plots(wide):
+    result, r = profiled(
+        wide,
+        "@tf.function\n"
+        "def train_step(xb, yb):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss, grads\n"
+        "grad_history = []\n"
+        "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
+        "    loss, grads = train_step(xb, yb)\n"
+        "    grad_history.append(grads)  # to plot gradient norms later\n",
+    )
+    assert result.success
+    f = the(r, "host-memory-growth")
+    assert f.severity == "warning"
+    ev = f.evidence
+    per_step = weight_bytes(wide)  # one gradient per weight, kept every step
+    assert 0.5 * per_step <= ev["bytes_per_step"] <= 2 * per_step, (ev, per_step)
+    assert ev["growth_bytes"] >= 64 * MIB
+    assert ev["r2"] >= 0.8
+    assert ev["steps"] <= 64  # training steps, not loop iterations as well
+    assert ev["end_bytes"] > ev["start_bytes"]
+    assert ev["where"].startswith("line 10: for xb, yb in")
+
+
+def test_host_memory_growth_weight_snapshots_every_batch(wide):
+    result, r = profiled(
+        wide,
+        "class Snapshots(keras.callbacks.Callback):\n"
+        "    def on_train_begin(self, logs=None):\n"
+        "        self.weights = []\n"
+        "    def on_train_batch_end(self, batch, logs=None):\n"
+        "        self.weights.append(self.model.get_weights())\n"
+        "snapshots = Snapshots()\n"
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "model.fit(x, y, batch_size=64, epochs=1, verbose=0, callbacks=[snapshots])\n",
+    )
+    assert result.success
+    f = the(r, "host-memory-growth")
+    per_step = weight_bytes(wide)
+    assert 0.5 * per_step <= f.evidence["bytes_per_step"] <= 2 * per_step, f.evidence
+    assert f.evidence["r2"] >= 0.8
+    assert f.evidence["where"] == "the cell"
+
+
+def test_no_host_memory_growth_for_a_cache_filling_in_the_first_epoch(ip):
+    # 128 MiB of decoded images cached during the first epoch, then read from memory.
+    result, r = profiled(
+        ip,
+        "import numpy as np, tensorflow as tf, keras\n"
+        "images = np.random.default_rng(0).integers(0, 256, (2048, 64, 64, 4), dtype=np.uint8)\n"
+        "labels = np.arange(2048) % 2\n"
+        "decode = lambda image, label: (tf.cast(image, tf.float32) / 255.0, label)\n"
+        "train = (tf.data.Dataset.from_tensor_slices((images, labels)).map(decode).cache()\n"
+        "         .batch(64).prefetch(tf.data.AUTOTUNE))\n"
+        "model = keras.Sequential([keras.Input((64, 64, 4)), keras.layers.Flatten(),\n"
+        "                          keras.layers.Dense(2)])\n"
+        "model.compile(optimizer='adam',\n"
+        "              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
+        "model.fit(train, epochs=4, verbose=0)\n",
+    )
+    assert result.success
+    rss = r.record.memory["rss"]
+    assert rss.max() - rss[0] >= 100 * MIB  # the cache did fill
+    assert_silent(r, "host-memory-growth")
+    assert not problems(r), listing(r)
+
+
+def test_no_host_memory_growth_when_losses_are_kept_as_floats(wide):
+    result, r = profiled(
+        wide,
+        "@tf.function\n"
+        "def train_step(xb, yb):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+        "losses = []\n"
+        "for epoch in range(2):\n"
+        "    for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
+        "        losses.append(float(train_step(xb, yb)))\n",
+    )
+    assert result.success
+    assert_silent(r, "host-memory-growth")
+    assert not problems(r), listing(r)

@@ -48,7 +48,10 @@ def the(r, code: str) -> Finding:
     """The one finding of `code` in the run (fails, listing the findings, if there is none)."""
     found = [f for f in r.findings if f.code == code]
     assert len(found) == 1, f"expected one {code} finding, got:\n{listing(r)}"
-    return found[0]
+    finding = found[0]
+    assert finding.title and finding.detail and finding.fix, finding
+    assert finding.evidence, f"{code} shows no numbers: {finding}"
+    return finding
 
 
 def problems(r) -> list[Finding]:

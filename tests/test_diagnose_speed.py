@@ -380,9 +380,9 @@ def test_progressive_slowdown_of_a_loop_that_concatenates_onto_a_tensor(tab):
     # Embeddings of every batch gathered by concatenation: each iteration copies all of them.
     result, r = profiled(
         tab,
-        "encoder = keras.Sequential([keras.Input((16,)), keras.layers.Dense(768)])\n"
-        "embeddings = tf.zeros((0, 768))\n"
-        "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat(5):\n"
+        "encoder = keras.Sequential([keras.Input((16,)), keras.layers.Dense(2048)])\n"
+        "embeddings = tf.zeros((0, 2048))\n"
+        "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat(6):\n"
         "    embeddings = tf.concat([embeddings, encoder(xb)], axis=0)\n",
     )
     assert result.success

@@ -4,6 +4,7 @@ model-rebuilt-in-loop, progressive-slowdown."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
@@ -391,3 +392,53 @@ def test_progressive_slowdown_of_a_loop_that_concatenates_onto_a_tensor(tab):
     assert f.evidence["where"].startswith("line 4: for xb, yb in")
     assert f.evidence["ratio"] >= 1.5
     assert f.evidence["rank_correlation"] >= 0.8
+
+
+def test_no_slowdown_or_retracing_in_a_sweep_over_model_widths(tab):
+    # Each width gets its own model and step function: later models are slower by design,
+    # and each step function traces once for its own model.
+    result, r = profiled(
+        tab,
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).prefetch(tf.data.AUTOTUNE)\n"
+        "for units in [16, 128, 512, 1024]:\n"
+        "    net = keras.Sequential([keras.Input((16,)),\n"
+        "                            keras.layers.Dense(units, activation='relu'),\n"
+        "                            keras.layers.Dense(units, activation='relu'),\n"
+        "                            keras.layers.Dense(2)])\n"
+        "    net_opt = keras.optimizers.Adam()\n"
+        "    @tf.function\n"
+        "    def net_step(xb, yb):\n"
+        "        with tf.GradientTape() as tape:\n"
+        "            loss = loss_fn(yb, net(xb, training=True))\n"
+        "        grads = tape.gradient(loss, net.trainable_variables)\n"
+        "        net_opt.apply_gradients(zip(grads, net.trainable_variables))\n"
+        "        return loss\n"
+        "    for xb, yb in ds:\n"
+        "        net_step(xb, yb)\n",
+    )
+    assert result.success
+    train = r.steps[r.steps["phase"] == "train"]["duration"].to_numpy()
+    assert np.median(train[-32:]) > 1.5 * np.median(train[8:40])  # the widest is slower
+    assert_silent(r, "progressive-slowdown")
+    assert_silent(r, "retracing")
+    assert not problems(r), listing(r)
+
+
+def test_no_slowdown_in_a_sweep_over_batch_sizes(tab):
+    # The benchmark the articles suggest: 25 steps per batch size, larger batches last.
+    result, r = profiled(
+        tab,
+        "wide = keras.Sequential([keras.Input((16,)),\n"
+        "                         keras.layers.Dense(1024, activation='relu'),\n"
+        "                         keras.layers.Dense(1024, activation='relu'),\n"
+        "                         keras.layers.Dense(2)])\n"
+        "wide.compile(optimizer='adam', loss=loss_fn)\n"
+        "xs, ys = np.tile(x, (4, 1)), np.tile(y, 4)\n"
+        "for batch_size in [8, 32, 128, 256]:\n"
+        "    wide.fit(xs, ys, batch_size=batch_size, steps_per_epoch=25, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    steps = r.steps[r.steps["phase"] == "train"]
+    by_batch = steps.groupby("batch")["duration"].median()
+    assert by_batch[256.0] > 1.5 * by_batch[8.0]  # bigger batches take longer per step
+    assert_silent(r, "progressive-slowdown")

@@ -36,10 +36,11 @@ per step), keep Python floats rather than tensors in lists (`float(loss)`), and 
 that grow each step.
 
 ## Threshold
-At least 50 steady steps of one phase, or 50 iterations of one loop of the cell (its
-iterations are judged too, since what slows may be the Python around the step); the median of
-the last tenth at least 1.5 times the median of the first tenth and at least 0.5 ms slower;
-and the medians of ten consecutive windows rising (Spearman rank correlation ≥ 0.8): a busy
+At least 50 steady steps of one phase that do the same work (one model, one batch size:
+a sweep over model or batch sizes is not a slowdown), or 50 iterations of one loop of the cell
+(its iterations are judged too, since what slows may be the Python around the step); the
+median of the last tenth at least 1.5 times the median of the first tenth and at least 0.5 ms
+slower; and the medians of ten consecutive windows rising (Spearman rank correlation ≥ 0.8): a busy
 machine (other processes sharing the CPUs) makes some windows slower, but not every window
 slower than the one before.
 """
@@ -98,16 +99,49 @@ def _series(record: Record):
     steps = record.steps
     for phase in ("train", "predict", "eval", "function"):
         rows = np.flatnonzero(steps["phase"] == PHASES.index(phase))
-        if rows.size >= MIN_STEPS:
-            yield rows, f"{phase} steps" if phase != "train" else "training steps", -1
+        if rows.size < MIN_STEPS:
+            continue
+        label = f"{phase} steps" if phase != "train" else "training steps"
+        for group in _comparable(record, rows):
+            if group.size >= MIN_STEPS:
+                yield group, label, -1
     # The iterations of the cell's loops, whether or not they hold steps: what slows down may
     # be the Python around the step (a list of tensors stacked every iteration, a tensor
     # concatenated onto), not the step itself.
     is_loop = steps["kind"] == KINDS.index("loop")
     for loop_id in np.unique(steps["loop"][is_loop]).tolist():
         rows = np.flatnonzero(is_loop & (steps["loop"] == loop_id))
-        if rows.size >= MIN_STEPS:
-            yield rows, "loop iterations", int(loop_id)
+        # Models built by an enclosing loop (a sweep) start new groups; models built by this
+        # loop's own iterations are part of its work, and may be what slows it.
+        outside = [m.time for m in record.models if m.loop != loop_id]
+        for group in _split_at(steps["start"][rows], rows, outside):
+            if group.size >= MIN_STEPS:
+                yield group, "loop iterations", int(loop_id)
+
+
+def _comparable(record: Record, rows: np.ndarray) -> list[np.ndarray]:
+    """`rows` in groups whose steps do the same work: the steps of one model (a model built
+    during the run starts a new group: a sweep over model sizes is not a slowdown) at one
+    batch size (a sweep over batch sizes neither; a last, partial batch makes a small group
+    of its own)."""
+    steps = record.steps
+    if rows.size == 0:
+        return []
+    builds = np.sort(np.array([m.time for m in record.models], dtype=np.float64))
+    model = np.searchsorted(builds, steps["start"][rows], side="right")
+    batch = np.nan_to_num(steps["batch"][rows].astype(np.float64), nan=-1.0)
+    keys = np.stack([model.astype(np.float64), batch], axis=1)
+    _, group = np.unique(keys, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    return [rows[group == g] for g in range(int(group.max()) + 1)]
+
+
+def _split_at(starts: np.ndarray, rows: np.ndarray, times: list[float]) -> list[np.ndarray]:
+    """`rows` (in time order) cut before each of `times`."""
+    if not times:
+        return [rows]
+    segment = np.searchsorted(np.sort(np.array(times, dtype=np.float64)), starts, side="right")
+    return [rows[segment == s] for s in np.unique(segment)]
 
 
 def _trend(record: Record, rows: np.ndarray) -> dict | None:
@@ -137,10 +171,19 @@ def _trend(record: Record, rows: np.ndarray) -> dict | None:
         "ratio": float(late / early),
         "slope": slope,
         "rho": float(rho),
-        "began": int(np.searchsorted(rows, began_row)),
+        # Counted among all the steps of the row's phase (or iterations of its loop).
+        "began": int(np.count_nonzero(_same_series(record, began_row)[:began_row])),
         "start_time": float(steps["start"][began_row]),
         "excess": excess,
     }
+
+
+def _same_series(record: Record, row: int) -> np.ndarray:
+    steps = record.steps
+    same = steps["phase"] == steps["phase"][row]
+    if steps["kind"][row] == KINDS.index("loop"):
+        same &= steps["loop"] == steps["loop"][row]
+    return same
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:

@@ -43,14 +43,23 @@ Five tracings of one Python function in a run, TensorFlow's own retracing-warnin
 (`FREQUENT_TRACING_WARNING_THRESHOLD = 5` in
 `tensorflow/python/eager/polymorphic_function/polymorphic_function.py`), and more than one
 tracing after the first call. Keras' own train/test/predict functions are left to
-`repeated-keras-call`, where their retracing comes from.
+`repeated-keras-call`, where their retracing comes from. A function made anew for each model
+built in the run (a sweep over models), each object traced only on its first call or two
+(a first call that creates variables traces twice), is not retracing: every model needs its
+own graph.
 """
 
 MIN_TRACES = 5
+# A function whose first call creates variables (a Keras optimizer's slots) traces twice.
+WARM_UP_TRACES = 2
 
 
 def check(record: Record, source: str | None) -> Finding | None:
-    candidates = [f for f in record.functions if not f.keras_internal and f.traces >= MIN_TRACES]
+    candidates = [
+        f
+        for f in record.functions
+        if not f.keras_internal and f.traces >= MIN_TRACES and not _one_per_model(record, f)
+    ]
     if not candidates:
         return None
     worst = max(candidates, key=lambda f: f.traces)
@@ -88,6 +97,16 @@ def check(record: Record, source: str | None) -> Finding | None:
         impact=trace_time,
     )
     return with_rewrite(finding, source, first_rewrite(source, *attempts))
+
+
+def _one_per_model(record: Record, function) -> bool:
+    """A step function made anew for each model of a sweep, each traced only for its first
+    calls: every model needs its own graph, so these tracings are not retracing."""
+    return (
+        function.objects >= 2
+        and function.traces <= WARM_UP_TRACES * function.objects
+        and len(record.models) >= function.objects
+    )
 
 
 def _same_function(traced_name: str, qualname: str) -> bool:

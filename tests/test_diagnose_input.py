@@ -466,3 +466,23 @@ def test_no_gc_pauses_once_set_up_is_frozen(unfreeze):
     )
     assert result.success
     assert_silent(r, "gc-pauses")
+
+
+def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(tab):
+    # One full collection is a one-off cost, not pauses that recur, even when the session
+    # holds many objects (here a million records loaded as dicts) and so it takes long.
+    tab.run_cell("records = [{'id': i, 'tags': [i]} for i in range(1_000_000)]")
+    result, r = profiled(
+        tab,
+        "keras.backend.clear_session()\n"
+        "model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation='relu'),\n"
+        "                          keras.layers.Dense(2)])\n"
+        "model.compile(optimizer='adam', loss=loss_fn, metrics=['accuracy'])\n"
+        "train = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).prefetch(tf.data.AUTOTUNE)\n"
+        "model.fit(train, epochs=3, verbose=0)\n",
+    )
+    assert result.success
+    gc_time = r.record.gc["duration"]
+    assert gc_time.max() >= 0.25  # the full collection clear_session ran
+    assert_silent(r, "gc-pauses")
+    assert not problems(r), listing(r)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
 import pytest
 
 from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
@@ -124,6 +125,31 @@ def test_input_bound_slow_generator_given_to_fit(img):
     assert ev["generator_s_per_batch"] >= 0.01
     assert ev["generator_share_of_step_time"] >= 0.8
     assert ev["generator_s"] >= 0.3
+
+
+def test_input_bound_fit_on_a_dataset_decoding_with_py_function(img):
+    result, r = profiled(
+        img,
+        "def load(i):\n"
+        "    time.sleep(0.002)  # reads and decodes one file\n"
+        "    i = int(i)\n"
+        "    return images[i].astype('float32') / 255.0, labels[i]\n"
+        "def tf_load(i):\n"
+        "    image, label = tf.py_function(load, [i], [tf.float32, tf.int64])\n"
+        "    image.set_shape((96, 96, 3))\n"
+        "    label.set_shape(())\n"
+        "    return image, label\n"
+        "ds = tf.data.Dataset.range(len(images)).map(tf_load).batch(8).prefetch(2)\n"
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "model.fit(ds.take(30), epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert ev["api"] == "fit"
+    assert ev["dataset_alone_s_per_batch"] >= 8 * 0.002
+    assert ev["ratio"] >= 0.8
+    assert ev["input_batches_per_s"] == pytest.approx(1 / ev["dataset_alone_s_per_batch"], rel=0.01)
 
 
 def test_no_input_bound_for_a_generator_of_ready_slices(img):
@@ -318,6 +344,38 @@ def test_small_batch_custom_loop_over_batches_of_four(tab):
     f = the(r, "small-batch")
     assert f.evidence["batch_size"] == 4
     assert f.evidence["samples_per_s"] == pytest.approx(4 / f.evidence["median_step_s"], rel=0.01)
+
+
+def fused_record(step_s: float, batch: float, fused: int = 4, steps: int = 200):
+    """Keras steps run `fused` per host call (steps_per_execution): each row holds its share
+    of the call's time, as the recorder writes them."""
+    from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Record
+
+    record = Record()
+    columns = {name: np.zeros(steps, dtype=dtype) for name, dtype in STEP_COLUMNS.items()}
+    columns["start"] = np.arange(steps) * step_s
+    columns["duration"][:] = step_s
+    columns["data_wait"][:] = np.nan
+    columns["phase"][:] = PHASES.index("train")
+    columns["kind"][:] = KINDS.index("keras")
+    columns["fused"][:] = fused
+    columns["loop"][:] = -1
+    columns["batch"][:] = batch
+    columns["loss"][:] = np.nan
+    columns["loss"][fused - 1 :: fused] = 1.0
+    record.steps = columns
+    record.wall_time = steps * step_s + 0.1
+    return record
+
+
+def test_small_batch_reads_fused_steps_as_they_are_recorded():
+    from tfdiag_magic.diagnose import small_batch
+
+    f = small_batch.check(fused_record(step_s=0.004, batch=8), None)
+    assert f is not None and f.evidence["median_step_s"] == 0.004
+    assert f.evidence["samples_per_s"] == 2000
+    # 30 ms of work per step of 8: enough work per step for the fixed cost not to dominate.
+    assert small_batch.check(fused_record(step_s=0.03, batch=8), None) is None
 
 
 def test_no_small_batch_at_sixteen(tab):

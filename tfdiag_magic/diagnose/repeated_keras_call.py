@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 from ..findings import Finding
@@ -53,16 +54,17 @@ def check(record: Record, source: str | None) -> Finding | None:
     # needs its own compile and fit, and is `model-rebuilt-in-loop`'s business. A model is
     # told by its name and by when it was built: after `clear_session()` names repeat.
     groups: dict[tuple[str, int, str, int], list[KerasCall]] = defaultdict(list)
+    builds = _builds_by_name(record)
     for call in record.keras_calls:
         if call.loop >= 0:
-            groups[(call.api, call.loop, call.model, _built(record, call))].append(call)
+            groups[(call.api, call.loop, call.model, _built(builds, call))].append(call)
     best: tuple[float, str, int, list[KerasCall]] | None = None
     for (api, loop, _model, _build), calls in groups.items():
         total = sum(c.duration for c in calls)
         work = sum(c.step_time for c in calls)
         overhead = total - work
         if api == "compile":
-            overhead = total + _retracing_after(record, calls)
+            overhead = total + _retracing_after(record, calls, builds)
         needed = MIN_COMPILES if api == "compile" else MIN_CALLS
         if len(calls) < needed or overhead < MIN_OVERHEAD_SECONDS:
             continue
@@ -123,17 +125,28 @@ def check(record: Record, source: str | None) -> Finding | None:
     return with_rewrite(finding, source, first_rewrite(source, *attempts))
 
 
-def _built(record: Record, call: KerasCall) -> int:
+Builds = dict[str, tuple[list[float], list[int]]]
+
+
+def _builds_by_name(record: Record) -> Builds:
+    """Model name -> (build times, indices in `record.models`), in time order."""
+    builds: Builds = {}
+    for index, model in sorted(enumerate(record.models), key=lambda item: item[1].time):
+        times, indices = builds.setdefault(model.name, ([], []))
+        times.append(model.time)
+        indices.append(index)
+    return builds
+
+
+def _built(builds: Builds, call: KerasCall) -> int:
     """Which model of that name the call was made on: the index of its latest build before
     the call (-1: built before the run)."""
-    latest = -1
-    for index, model in enumerate(record.models):
-        if model.name == call.model and model.time <= call.start:
-            latest = index
-    return latest
+    times, indices = builds.get(call.model, ([], []))
+    slot = bisect.bisect_right(times, call.start) - 1
+    return indices[slot] if slot >= 0 else -1
 
 
-def _retracing_after(record: Record, compiles: list[KerasCall]) -> float:
+def _retracing_after(record: Record, compiles: list[KerasCall], builds: Builds) -> float:
     """Seconds of traced Keras steps in the calls on the same model that follow these
     compiles (each compile drops the train function, so the next fit traces it again)."""
     import numpy as np
@@ -142,13 +155,13 @@ def _retracing_after(record: Record, compiles: list[KerasCall]) -> float:
 
     steps = record.steps
     first = min(c.start for c in compiles)
-    key = (compiles[0].model, compiles[0].loop, _built(record, compiles[0]))
+    key = (compiles[0].model, compiles[0].loop, _built(builds, compiles[0]))
     keras_traced = (steps["kind"] == KINDS.index("keras")) & steps["traced"]
     total = 0.0
     for call in record.keras_calls:
         if call.api == "compile" or call.start <= first:
             continue
-        if (call.model, call.loop, _built(record, call)) != key:
+        if (call.model, call.loop, _built(builds, call)) != key:
             continue
         inside = (steps["start"] >= call.start) & (steps["start"] <= call.start + call.duration)
         total += float(np.sum(steps["duration"][keras_traced & inside]))

@@ -33,8 +33,13 @@ stop early with `keras.callbacks.TerminateOnNaN()`. `tf.debugging.enable_check_n
 finds the first op that makes a NaN (slow: for debugging only).
 
 ## Threshold
-Any non-finite loss in a training step. Keras reports an epoch's running mean, which stays
-NaN once one batch was NaN, so the first such step is where it began.
+Any infinite loss in a training step; a NaN loss from a step after a finite one, when every
+later step (at least three, and two fused Keras calls) is NaN too. Keras reports an epoch's
+running mean, which stays NaN once one batch was NaN, so the first such step is where it
+began. The run's loss column also holds NaN where no loss was read (a step that returns
+none, a Keras `train_step` that returns other names, the inner steps of a fused call), so a
+loss that is NaN from the very first step cannot be told from a missing one and is not
+reported.
 """
 
 

@@ -94,12 +94,6 @@ def test_oom_causal_mask_of_a_long_sequence_in_a_training_step(long_context_oom)
     assert "256.0 GiB" in title
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the recorder keeps the first 4,000 characters of an error's message; TensorFlow "
-    "puts the OOM line after the Python traceback of the op's definition, which under pytest "
-    "(and in deep notebook call stacks) is longer than that",
-)
 def test_oom_recorded_message_keeps_the_allocation_line(long_context_oom):
     _, r = long_context_oom
     assert "OOM when allocating tensor with shape[262144,262144]" in r.record.error.message

@@ -88,11 +88,6 @@ def test_explain_of_an_unknown_code_is_a_usage_error_listing_the_codes(ip):
     assert "ran" not in ip.user_ns
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UsageError,
-    reason="the line magic asks for a statement to profile before it reads --explain",
-)
 def test_line_magic_explain_prints_the_documentation(ip, capsys):
     ip.run_line_magic("tfprofile", "--explain retracing")
     assert capsys.readouterr().out.startswith("# retracing: ")

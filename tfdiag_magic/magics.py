@@ -96,7 +96,7 @@ class TFProfileMagics(Magics):
         __tracebackhide__ = True
         if cell is None:
             option_text, code = split_line(line)
-            if not code:
+            if not code and "--explain" not in option_text.split():
                 raise UsageError(
                     "%tfprofile needs a statement to profile, or use %%tfprofile "
                     "as a cell magic. See %tfprofile?"

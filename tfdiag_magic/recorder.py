@@ -394,7 +394,7 @@ class Recorder:
         phases = np.frombuffer(self._rows, dtype=np.float64)[_PHASE::WIDTH]
         self.error = ErrorInfo(
             type=type(exc).__name__,
-            message=message[:4000],
+            message=_clip_message(message),
             step=int(np.count_nonzero(phases == code)),
             phase=phase,
         )
@@ -473,3 +473,18 @@ def _read_each(values: list[Any]) -> list[float]:
         except Exception:  # a non-scalar, or a value that cannot be read: no loss
             numbers.append(NAN)
     return numbers
+
+
+MESSAGE_HEAD = 2000
+MESSAGE_TAIL = 6000
+
+
+def _clip_message(message: str) -> str:
+    """An error message short enough to keep, with its start and its end.
+
+    TensorFlow puts the Python traceback of an op's definition before the line that matters
+    ("OOM when allocating tensor with shape[...]"), so the end of a long message is kept too.
+    """
+    if len(message) <= MESSAGE_HEAD + MESSAGE_TAIL:
+        return message
+    return f"{message[:MESSAGE_HEAD]}\n[…]\n{message[-MESSAGE_TAIL:]}"

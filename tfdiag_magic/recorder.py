@@ -220,10 +220,16 @@ class Recorder:
         table = np.frombuffer(self._rows, dtype=np.float64)
         return float(table[first_row * WIDTH + _DURATION :: WIDTH].sum())
 
-    def add_callback_time(self, seconds: float) -> None:
-        """Add Keras callback time to the step appended last."""
-        if self.count:
-            self._rows[(self.count - 1) * WIDTH + _CALLBACK] += seconds
+    def add_callback_time(self, seconds: float, row: int | None = None) -> None:
+        """Add Keras callback time to step `row` (default: the step appended last).
+
+        A callback that runs predict or evaluate appends rows of its own before it returns,
+        so the batch's row is not always the last one.
+        """
+        if row is None:
+            row = self.count - 1
+        if 0 <= row < self.count:
+            self._rows[row * WIDTH + _CALLBACK] += seconds
 
     def training_step_done(self, end: float) -> None:
         """A training step ended: the work of an eager step after it cannot begin earlier."""

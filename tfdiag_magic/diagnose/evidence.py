@@ -102,7 +102,7 @@ def rewrite(name: str, source: str | None, **facts: Any) -> str | None:
 def with_rewrite(finding: Finding, source: str | None, new_source: str | None) -> Finding:
     """Attach the rewritten cell and its diff to the finding."""
     if source and new_source:
-        from ..rewrite_diff import unified_diff
+        from ..rewrite.common import unified_diff
 
         finding.rewrite = new_source
         finding.diff = unified_diff(source, new_source)

@@ -6,7 +6,7 @@ from ..findings import Finding
 from ..record import Record
 from ..stats import memory_stats
 from ..views.units import size
-from .evidence import rewrite, rounded
+from .evidence import rewrite, rounded, with_rewrite
 from .gpu_facts import env, nvml_devices, nvml_series, tf_gpus
 
 CODE = "memory-growth-disabled"
@@ -84,10 +84,5 @@ def check(record: Record, source: str | None) -> Finding | None:
                     "memory_growth": False,
                 },
             )
-            finding.rewrite = rewrite("memory_growth_first", source)
-            if finding.rewrite is not None:
-                from ..rewrite_diff import unified_diff
-
-                finding.diff = unified_diff(source or "", finding.rewrite)
-            return finding
+            return with_rewrite(finding, source, rewrite("memory_growth_first", source))
     return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..findings import Finding
 from ..record import KINDS, Record
 from ..views.units import seconds
@@ -78,8 +80,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         "calls": worst.calls,
         "function_objects": worst.objects,
         "tracing_time_s": rounded(trace_time),
-        "median_traced_call_s": rounded(float(_median(traced))) if traced.size else None,
-        "median_untraced_call_s": rounded(float(_median(untraced))) if untraced.size else None,
+        "median_traced_call_s": rounded(float(np.median(traced))) if traced.size else None,
+        "median_untraced_call_s": rounded(float(np.median(untraced))) if untraced.size else None,
         "changing_arguments": {k: v[:5] for k, v in changing.items()},
     }
     cause, attempts = _cause(worst, changing)
@@ -112,12 +114,6 @@ def _one_per_model(record: Record, function) -> bool:
 def _same_function(traced_name: str, qualname: str) -> bool:
     short = qualname.rsplit(".", 1)[-1]
     return traced_name in (qualname, short) or traced_name.endswith("." + short)
-
-
-def _median(values):
-    import numpy as np
-
-    return np.median(values)
 
 
 def _cause(function, changing: dict[str, list[str]]) -> tuple[str, list]:

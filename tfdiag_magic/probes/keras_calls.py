@@ -18,7 +18,7 @@ from time import perf_counter
 from typing import Any
 
 from ..record import KerasCall
-from ..recorder import KIND, PHASE, ROW_FIELDS, WIDTH, Recorder
+from ..recorder import KIND, PHASE, Recorder
 from .inputs import batch_size_of, data_kind, inspect_inputs
 from .patching import Patcher, defining_class
 
@@ -339,7 +339,7 @@ class KerasProbe:
             try:
                 return original(callbacks, batch, logs)
             finally:
-                _add_callback_time(rec, row, begin_callbacks + perf_counter() - before)
+                rec.add_callback_time(row=row, seconds=begin_callbacks + perf_counter() - before)
 
         batch_end.__wrapped__ = original  # type: ignore[attr-defined]
         return batch_end
@@ -353,18 +353,6 @@ class KerasProbe:
 
         epoch_begin.__wrapped__ = original  # type: ignore[attr-defined]
         return epoch_begin
-
-
-def _add_callback_time(rec: Recorder, row: int, seconds: float) -> None:
-    """Add a batch's callback time to its own row: a callback that runs predict or evaluate
-    appends rows of its own before it returns, so the batch's row is no longer the last."""
-    if row == rec.count - 1:
-        rec.add_callback_time(seconds)
-    elif 0 <= row < rec.count:
-        rec._rows[row * WIDTH + _CALLBACK_FIELD] += seconds
-
-
-_CALLBACK_FIELD = ROW_FIELDS.index("callback_time")
 
 
 def _functions_eager() -> bool:

@@ -35,14 +35,12 @@ per call. Batch size changes the optimisation, not only the speed: compare the l
 
 ## Threshold
 A known batch size of 8 or less, at least 50 steady training steps, and a median step under
-50 ms (longer steps have enough work per step for the fixed cost not to dominate). Fixed
-cost can be large too: a small Keras model run eagerly (`run_eagerly=True`) at batch 1 took
-20–27 ms per step on the 2-CPU test machine, nearly all of it per-op dispatch.
+20 ms (longer steps have enough work per step for the fixed cost not to dominate).
 """
 
 MAX_BATCH = 8
 MIN_STEPS = 50
-MAX_STEP_TIME = 0.05
+MAX_STEP_TIME = 0.02
 SUGGESTED_BATCH = 64
 
 

@@ -35,12 +35,16 @@ per call. Batch size changes the optimisation, not only the speed: compare the l
 
 ## Threshold
 A known batch size of 8 or less, at least 50 steady training steps, and a median step under
-20 ms (longer steps have enough work per step for the fixed cost not to dominate).
+20 ms (longer steps have enough work per step for the fixed cost not to dominate). Steps that
+run eagerly may take up to 80 ms: eager mode dispatches every op from Python, a cost per step
+that does not grow with the batch. A 16→32→2 Keras MLP with `run_eagerly=True` at batch 1
+took 20–27 ms per step on the 2-CPU test machine, nearly all of it dispatch.
 """
 
 MAX_BATCH = 8
 MIN_STEPS = 50
 MAX_STEP_TIME = 0.02
+MAX_EAGER_STEP_TIME = 0.08  # eager dispatch is fixed cost too (see the threshold)
 SUGGESTED_BATCH = 64
 
 
@@ -56,7 +60,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         return None
     # A row of a fused call (steps_per_execution) already holds its share of the call.
     step = float(np.median(steps["duration"][known]))
-    if step >= MAX_STEP_TIME:
+    eager = bool(np.median(steps["eager"][known]) >= 0.5)
+    if step >= (MAX_EAGER_STEP_TIME if eager else MAX_STEP_TIME):
         return None
     samples_per_s = batch / step if step > 0 else None
     evidence = {

@@ -47,7 +47,7 @@ slower than the one before. Measured on 24 healthy series on this shared 2-CPU m
 differed by up to 1.8×, the last tenth reached 1.54× the first (0.45 ms slower) and the rank
 correlation 0.83, each in a different run. One healthy 128-step run later met all three at
 once (0.89 → 1.40 ms, correlation 0.83) while losing only 28 ms to it, so the rise must also
-have cost at least 0.25 s (the time above the early median, summed over the steps): a slowdown
+have cost at least 0.1 s (the time above the early median, summed over the steps): a slowdown
 that costs less is not worth a warning.
 """
 
@@ -55,7 +55,7 @@ MIN_STEPS = 50
 MIN_RATIO = 1.5
 MIN_DELTA = 0.0005
 MIN_RANK_CORRELATION = 0.8
-MIN_EXCESS = 0.25  # seconds the run lost to the rise
+MIN_EXCESS = 0.1  # seconds the run lost to the rise
 WINDOWS = 10
 
 

@@ -33,12 +33,15 @@ def prepare(
     instrument: bool = True,
     interactivity: str = "none",
     compiler: Compiler = compile,
+    transform: Callable[[ast.Module], object] | None = None,
 ) -> PreparedCode:
     """Parse, instrument and compile `source`. Raises SyntaxError as Python would.
 
     `interactivity` follows IPython's ``ast_node_interactivity``: "last_expr" (and "last",
     "all") give the value of a final expression statement, "last_expr_or_assign" also that
-    of a final assignment to a single name, "none" no value.
+    of a final assignment to a single name, "none" no value. `transform` may change the parsed
+    module in place (keeping line numbers) after the last expression is split off and before
+    the loops are instrumented: a sweep drops the cell's own assignments to its variable.
     """
     tree = ast.parse(source, filename=filename, mode="exec")
     last: ast.Expression | None = None
@@ -55,6 +58,8 @@ def prepare(
         ):
             name = _single_name(final)
             last = ast.Expression(body=ast.copy_location(ast.Name(id=name, ctx=ast.Load()), final))
+    if transform is not None:
+        transform(tree)
     loops: list[LoopInfo] = []
     if instrument:
 

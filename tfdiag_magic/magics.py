@@ -18,7 +18,17 @@ from . import active
 from .code_runner import prepare, run
 from .result import ProfileResult
 
-_VALUE_OPTIONS = {"-o", "--output", "--json", "--html", "--memory-interval", "--explain"}
+_VALUE_OPTIONS = {
+    "-o",
+    "--output",
+    "--json",
+    "--html",
+    "--memory-interval",
+    "--explain",
+    "--compare",
+    "--sweep",
+}
+AUTO_NAME = "_tfprofile_{}"  # where a run with a rewrite is kept for --compare when no -o is given
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -60,6 +70,21 @@ class TFProfileMagics(Magics):
         metavar="CODE",
         help="print the documentation of a finding code (e.g. retracing) and run nothing",
     )
+    @argument(
+        "--compare",
+        metavar="NAME",
+        help="compare this run with the ProfileResult in NAME (stored earlier with -o NAME): "
+        "speed, time split, peak memory, findings resolved and new; the result's .comparison",
+    )
+    @argument(
+        "--sweep",
+        metavar="NAME=V1,V2,...",
+        nargs="+",
+        help="run the cell once per value with the variable NAME set to it (the cell's own "
+        "top-level assignment to NAME is overridden); values are Python literals or bare "
+        "words; the result's .sweep is a table of the runs, .recommendation the fastest value "
+        "that completed",
+    )
     @argument("--json", metavar="PATH", help="also write the JSON report (schema 1) to PATH")
     @argument("--html", metavar="PATH", help="also write a self-contained HTML report to PATH")
     @argument(
@@ -92,6 +117,14 @@ class TFProfileMagics(Magics):
 
         The report shows step counts per phase, steady-state step times, the time split
         (compute / data wait / other), memory, tf.function tracing, GC pauses and warnings.
+
+        Verify a fix: ``%%tfprofile -o before`` on the cell, then ``%%tfprofile --compare before``
+        on the changed cell; ``.comparison.verdict`` says what changed and by which measure. A
+        finding's rewritten cell, inserted from the report, already starts with that line (a run
+        without -o is kept as ``_tfprofile_<N>`` for it). Sweep a variable:
+        ``%%tfprofile --sweep batch_size=16,64,256 -o sweep``; ``sweep.sweep`` is the table,
+        ``sweep.recommendation`` the fastest value that completed. In line mode the
+        specification must not contain spaces.
         """
         __tracebackhide__ = True
         if cell is None:
@@ -118,18 +151,53 @@ class TFProfileMagics(Magics):
             raise UsageError(f"-o needs a valid variable name; got {args.output!r}")
         if args.memory_interval <= 0:
             raise UsageError("--memory-interval must be a positive number of seconds")
+        spec = None
+        if args.sweep:
+            from .experiments.sweep_spec import SweepSpecError, parse_sweep_spec
+
+            try:
+                spec = parse_sweep_spec(" ".join(args.sweep))
+            except SweepSpecError as exc:
+                raise UsageError(f"{exc} Nothing was run.") from None
+            if args.compare is not None:
+                raise UsageError(
+                    "--sweep and --compare cannot be combined: compare a run of the "
+                    "recommended value instead. Nothing was run."
+                )
+        baseline = self._baseline(args.compare) if args.compare is not None else None
         if active.recorder() is not None:
             raise UsageError(
                 "%%tfprofile is already running: profiling runs cannot nest, so this inner "
                 "cell was not run. Remove the inner %%tfprofile."
             )
-        return self._profile(code, line if cell is not None else None, args)
+        header = line if cell is not None else None
+        if spec is not None:
+            return self._sweep(code, header, args, spec)
+        return self._profile(code, header, args, baseline)
 
-    def _profile(self, code: str, header: str | None, args: Any) -> Any:
-        __tracebackhide__ = True
-        from .session import Session, SessionOptions
-        from .tf_runtime import TensorFlowMissingError
+    def _baseline(self, name: str) -> ProfileResult:
+        """The earlier result that ``--compare NAME`` names; a UsageError when there is none."""
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise UsageError(f"--compare needs a variable name; got {name!r}. Nothing was run.")
+        if name not in self.shell.user_ns:
+            raise UsageError(
+                f"--compare {name}: there is no variable {name}. Store the run to compare "
+                f"with first: put `%%tfprofile -o {name}` on the original cell and run it. "
+                "Nothing was run."
+            )
+        baseline = self.shell.user_ns[name]
+        if not _is_result(baseline):
+            raise UsageError(
+                f"--compare {name}: {name} is a {type(baseline).__name__}, not the "
+                f"ProfileResult of a %%tfprofile run (store one with -o {name}). "
+                "Nothing was run."
+            )
+        if baseline.record is None:
+            raise UsageError(f"--compare {name}: that run has not finished. Nothing was run.")
+        return baseline
 
+    def _prepare(self, code: str, header: str | None, args: Any, transform: Any = None) -> Any:
+        """Compile the cell as IPython would (magics transformed, loops instrumented)."""
         shell = self.shell
         transformed = shell.transform_cell(code)
         # The body starts on the cell's second line: keep tracebacks' line numbers the user's.
@@ -142,6 +210,7 @@ class TFProfileMagics(Magics):
                 instrument=not args.no_loops,
                 interactivity=str(getattr(shell, "ast_node_interactivity", "last_expr")),
                 compiler=shell.compile,
+                transform=transform,
             )
         except SyntaxError as exc:
             if "outside" in str(exc.msg) and "await" in str(exc.msg):
@@ -150,17 +219,33 @@ class TFProfileMagics(Magics):
                     "function and run it with asyncio, or profile it without await."
                 ) from None
             raise
+        return prepared, transformed
+
+    def _session(self, code: str, prepared: Any, args: Any, label: str) -> tuple[Any, Any]:
+        """A started session and its (still empty) result."""
+        from .session import Session, SessionOptions
+        from .tf_runtime import TensorFlowMissingError
+
         session = Session(
             SessionOptions(memory_interval=args.memory_interval),
             source=code,
             loops=prepared.loops,
-            namespace=shell.user_ns,
-            label=args.output or "",
+            namespace=self.shell.user_ns,
+            label=label,
         )
         try:
             result = session.start()
         except TensorFlowMissingError as exc:
             raise UsageError(str(exc)) from None
+        return session, result
+
+    def _profile(
+        self, code: str, header: str | None, args: Any, baseline: ProfileResult | None = None
+    ) -> Any:
+        __tracebackhide__ = True
+        shell = self.shell
+        prepared, transformed = self._prepare(code, header, args)
+        session, result = self._session(code, prepared, args, args.output or "")
         live = _start_live_view(shell, session, args)
         try:
             value = run(prepared, shell.user_global_ns, shell.user_ns)
@@ -168,15 +253,72 @@ class TFProfileMagics(Magics):
             if live is not None:
                 live.detach(session)
             session.stop(exc)
+            _attach_comparison(result, baseline, args.compare)
             self._publish(result, args, live, exc)
             raise
         if live is not None:
             live.detach(session)
         session.stop()
+        _attach_comparison(result, baseline, args.compare)
         self._publish(result, args, live)
         if value is not None and _ends_with_semicolon(shell, transformed):
             return None  # `expr;` shows nothing, as in any other cell
         return value
+
+    def _sweep(self, code: str, header: str | None, args: Any, spec: Any) -> None:
+        """Run the cell once per value of the sweep; show and store the table of runs.
+
+        A failing value is a row of the table; an interrupt keeps the rows so far, shows them
+        and is raised again; when no value completed, the last error is raised after the report.
+        """
+        __tracebackhide__ = True
+        from .experiments.override import drop_top_level_assignments
+        from .experiments.sweep import run_sweep
+
+        shell = self.shell
+        overridden: list[int] = []
+
+        def transform(tree: Any) -> None:
+            overridden[:] = drop_top_level_assignments(tree, spec.name)
+
+        self._prepare(code, header, args, transform)  # a SyntaxError stops it before any run
+        errors: list[BaseException] = []
+
+        def run_one(value: Any) -> tuple[ProfileResult, BaseException | None]:
+            __tracebackhide__ = True
+            shell.user_ns[spec.name] = value
+            prepared, _ = self._prepare(code, header, args, transform)
+            session, result = self._session(code, prepared, args, f"{spec.name}={value!r}")
+            try:
+                run(prepared, shell.user_global_ns, shell.user_ns)
+            except BaseException as exc:
+                session.stop(exc)
+                errors.append(exc)
+                return result, exc
+            session.stop()
+            return result, None
+
+        def progress(done: Any, index: int) -> None:
+            if not args.quiet:
+                print(_sweep_progress(spec, done, index), flush=True)
+
+        sweep, stop = run_sweep(spec, run_one, progress, overridden)
+        shown = sweep.shown()
+        if shown is None:  # interrupted before the first run had a record
+            if stop is not None:
+                raise stop
+            return None
+        result = ProfileResult(label=args.output or "", record=shown.result.record)
+        result.findings = shown.result.findings
+        result.experiment = sweep
+        failed_all = stop is None and all(run.status != "ok" for run in sweep.runs)
+        last_error = errors[-1] if errors else None
+        self._publish(result, args, None, stop if stop is not None else last_error)
+        if stop is not None:
+            raise stop
+        if failed_all and last_error is not None:
+            raise last_error  # nothing completed: show the error as a plain run would
+        return None
 
     def _publish(
         self,
@@ -192,8 +334,14 @@ class TFProfileMagics(Magics):
         live view's place. Elsewhere the result displays itself (text, static HTML).
         """
         TFProfileMagics.last_result = result
-        if args.output:
-            self.shell.user_ns[args.output] = result
+        name = args.output
+        if not name and result.experiment is None and any(f.rewrite for f in result.findings):
+            # Kept so that the rewritten cell, inserted with `%%tfprofile --compare NAME` on
+            # its first line, has a run to compare with (like IPython's `_N`).
+            name = AUTO_NAME.format(_running_cell_number(self.shell))
+        if name:
+            self.shell.user_ns[name] = result
+            result.stored_as = name
         try:
             notes = []
             if args.json:
@@ -214,6 +362,44 @@ class TFProfileMagics(Magics):
         finally:
             if live is not None:
                 live.close()
+
+
+def _is_result(value: Any) -> bool:
+    """A ProfileResult, also one made by an earlier copy of this module (after a reload)."""
+    return isinstance(value, ProfileResult) or (
+        type(value).__name__ == "ProfileResult" and hasattr(value, "record")
+    )
+
+
+def _attach_comparison(result: ProfileResult, baseline: ProfileResult | None, name: str) -> None:
+    """Compare `result` with `baseline`; a comparison that fails costs only the comparison."""
+    if baseline is None:
+        return
+    from .experiments.compare import compare
+
+    try:
+        result.comparison = compare(baseline, result, name)
+    except Exception as exc:
+        print(
+            f"tfdiag_magic: could not compare with {name}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+
+
+def _sweep_progress(spec: Any, run: Any, index: int) -> str:
+    from .views.units import size
+
+    h = run.headline
+    head = f"tfdiag_magic sweep {index + 1}/{len(spec.values)}: {spec.name}={run.label}"
+    if run.status != "ok":
+        message = (h.error or run.status).strip().splitlines()
+        return f"{head}: {run.status}: {message[-1][:160] if message else ''}"
+    parts = [f"{h.wall_time:.2f} s"]
+    if h.throughput is not None:
+        parts.append(f"{h.throughput:,.0f} {h.throughput_unit}")
+    if h.peak_host is not None:
+        parts.append(f"peak host memory {size(h.peak_host)}")
+    return f"{head}: " + ", ".join(parts)
 
 
 def _start_live_view(shell: Any, session: Any, args: Any) -> Any:

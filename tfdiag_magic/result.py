@@ -1,16 +1,23 @@
 """`ProfileResult`: what ``%%tfprofile -o NAME`` stores and ``profile()`` returns.
 
 A thin object over the `Record` of a run and its findings, with the views a user reaches for:
-the per-step DataFrame, the text summary, the JSON and HTML reports.
+the per-step DataFrame, the text summary, the JSON and HTML reports. A run made with
+``--compare NAME`` also carries `.comparison`; a sweep (``--sweep NAME=V1,V2,...``) carries
+`.sweep` (a DataFrame, a row per value), `.recommendation` and `.runs`, and its record is the
+recommended run's (the last run's when none completed).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .findings import Finding
 from .record import Record
+
+if TYPE_CHECKING:
+    from .experiments.compare import Comparison
+    from .experiments.sweep import Recommendation, Sweep
 
 
 class ProfileResult:
@@ -20,6 +27,9 @@ class ProfileResult:
         self.label = label
         self.record: Record | None = record
         self.findings: list[Finding] = []
+        self.comparison: Comparison | None = None  # with --compare NAME
+        self.experiment: Sweep | None = None  # with --sweep NAME=V1,V2,...
+        self.stored_as: str | None = None  # the variable of the user namespace that holds it
         self._frame: Any = None
 
     def _need_record(self) -> Record:
@@ -38,11 +48,34 @@ class ProfileResult:
     def error(self):
         return self._need_record().error
 
+    @property
+    def sweep(self):  # -> pandas.DataFrame | None
+        """A sweep's table, a row per value that ran (None when the run was no sweep)."""
+        return self.experiment.frame if self.experiment is not None else None
+
+    @property
+    def recommendation(self) -> Recommendation | None:
+        """A sweep's recommendation: the fastest value that completed, with its margin."""
+        return self.experiment.recommendation() if self.experiment is not None else None
+
+    @property
+    def runs(self) -> list[ProfileResult]:
+        """A sweep's runs, one `ProfileResult` per value that ran (this run alone otherwise)."""
+        if self.experiment is None:
+            return [self]
+        return [run.result for run in self.experiment.runs]
+
     def report(self) -> dict[str, Any]:
         """The JSON report as a dict (schema 1)."""
         from .views.summary import build_report
 
-        return build_report(self._need_record(), self.findings)
+        return build_report(
+            self._need_record(),
+            self.findings,
+            comparison=self.comparison.to_dict() if self.comparison is not None else None,
+            sweep=self.experiment.to_dict() if self.experiment is not None else None,
+            stored_as=self.stored_as,
+        )
 
     def to_json(self, path: str | Path | None = None, indent: int | None = 2) -> str:
         import json
@@ -105,4 +138,9 @@ class ProfileResult:
         record = self.record
         counts = ", ".join(f"{k}={v}" for k, v in record.phase_counts().items()) or "no steps"
         error = f", error={record.error.type}" if record.error else ""
-        return f"<ProfileResult {counts}, {record.wall_time:.2f} s{error}>"
+        extra = ""
+        if self.experiment is not None:
+            extra = f", sweep of {self.experiment.variable} over {len(self.experiment.runs)} values"
+        elif self.comparison is not None:
+            extra = f", vs {self.comparison.baseline}: {self.comparison.verdict}"
+        return f"<ProfileResult {counts}, {record.wall_time:.2f} s{error}{extra}>"

@@ -1,6 +1,8 @@
 """The JSON report (schema 1), built from a Record; the text and HTML views render this dict.
 
-Later versions add fields to schema 1; they never rename or remove one.
+Later versions add fields to schema 1; they never rename or remove one. Added since: ``comparison``
+(a run made with ``--compare NAME``), ``sweep`` (``--sweep NAME=V1,V2,...``), both null when
+absent, and ``stored_as`` (the variable holding the result, null when none).
 """
 
 from __future__ import annotations
@@ -55,7 +57,14 @@ def _grouped_warnings(record: Record) -> list[dict[str, Any]]:
     return ordered[:MAX_WARNINGS_IN_REPORT]
 
 
-def build_report(record: Record, findings: list[Finding]) -> dict[str, Any]:
+def build_report(
+    record: Record,
+    findings: list[Finding],
+    *,
+    comparison: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
+    stored_as: str | None = None,
+) -> dict[str, Any]:
     phases = phase_stats(record)
     split = time_split(record)
     memory = memory_stats(record)
@@ -93,5 +102,8 @@ def build_report(record: Record, findings: list[Finding]) -> dict[str, Any]:
         "environment": record.facts,
         "findings": [f.to_dict() for f in findings],
         "error": vars(record.error).copy() if record.error else None,
+        "comparison": comparison,
+        "sweep": sweep,
+        "stored_as": stored_as,
     }
     return _clean(report)

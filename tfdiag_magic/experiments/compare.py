@@ -1,0 +1,224 @@
+"""A run compared with an earlier one (``%%tfprofile --compare NAME``): table, verdict, findings.
+
+"Faster" is measured on the most specific number both runs have, and the verdict names it:
+
+1. samples per second in steady state, when both runs' main phase is the same and both know
+   their batch size;
+2. else the steady time per step (start to start), when both runs' main phase is the same and
+   its steps are of the same kind (both Keras batches, both tf.function calls, ...);
+3. else the cell's wall time.
+
+A difference under `NOISE` (5%) reads "no measurable change". A run that failed is not timed
+against one that completed: the verdict says which failed. Memory is mentioned when its peak
+moved by `MEMORY_NOTE` (10%) or more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .headline import Headline, headline_of
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..result import ProfileResult
+
+NOISE = 0.05
+MEMORY_NOTE = 0.10
+
+MEASURES = {
+    "samples/s": "samples/s in steady state",
+    "step interval": "time per step in steady state (start to start)",
+    "wall time": "the cell's wall time",
+}
+
+# (metric, Headline field, unit) in the order of the table
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("wall time", "wall_time", "s"),
+    ("steps", "steps", ""),
+    ("steady step time", "step_time", "s"),
+    ("time per step (start to start)", "step_interval", "s"),
+    ("throughput", "throughput", ""),
+    ("compute share", "compute_share", ""),
+    ("data wait share", "data_wait_share", ""),
+    ("other share", "other_share", ""),
+    ("peak host memory", "peak_host", "bytes"),
+    ("peak device memory", "peak_device", "bytes"),
+    ("findings", "findings", ""),
+)
+
+
+@dataclass
+class Comparison:
+    """This run against `baseline` (the name it was stored under with ``-o``)."""
+
+    baseline: str
+    before: Headline
+    after: Headline
+    measure: str | None  # "samples/s", "step interval", "wall time"; None: not timed
+    speedup: float | None  # > 1: this run is faster by that factor on `measure`
+    verdict: str
+    resolved: list[str] = field(default_factory=list)  # finding codes gone in this run
+    new: list[str] = field(default_factory=list)  # finding codes this run has and the baseline not
+    persisting: list[str] = field(default_factory=list)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """A row per metric: before, after, and the change (after / before - 1)."""
+        import pandas as pd
+
+        rows = self.rows()
+        frame = pd.DataFrame(
+            [[r["before"], r["after"], r["change"]] for r in rows],
+            index=pd.Index([r["metric"] for r in rows], name="metric"),
+            columns=["before", "after", "change"],
+        )
+        frame.attrs["baseline"] = self.baseline
+        return frame
+
+    def rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for metric, name, unit in METRICS:
+            before, after = getattr(self.before, name), getattr(self.after, name)
+            if name == "throughput":
+                unit = self.after.throughput_unit or self.before.throughput_unit
+                if self.before.throughput_unit != self.after.throughput_unit:
+                    before = after = None  # samples/s against steps/s is no comparison
+            if name == "findings":
+                before, after = len(before), len(after)
+            rows.append(
+                {
+                    "metric": metric,
+                    "unit": unit,
+                    "before": before,
+                    "after": after,
+                    "change": _change(before, after),
+                }
+            )
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "measure": self.measure,
+            "measure_text": MEASURES.get(self.measure or ""),
+            "speedup": self.speedup,
+            "verdict": self.verdict,
+            "resolved": list(self.resolved),
+            "new": list(self.new),
+            "persisting": list(self.persisting),
+            "rows": self.rows(),
+            "before": self.before.to_dict(),
+            "after": self.after.to_dict(),
+        }
+
+    def __str__(self) -> str:
+        return f"Compared with {self.baseline}: {self.verdict}"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+def _change(before: Any, after: Any) -> float | None:
+    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)):
+        return None
+    if before == 0:
+        return None
+    return float(after) / float(before) - 1.0
+
+
+def compare(baseline: ProfileResult, result: ProfileResult, name: str) -> Comparison:
+    """`result` against `baseline`, stored under `name`."""
+    before = headline_of(baseline._need_record(), baseline.findings)
+    after = headline_of(result._need_record(), result.findings)
+    return compare_headlines(before, after, name)
+
+
+def compare_headlines(before: Headline, after: Headline, name: str) -> Comparison:
+    measure, speedup = _speed(before, after)
+    resolved = [c for c in before.findings if c not in after.findings]
+    new = [c for c in after.findings if c not in before.findings]
+    persisting = [c for c in after.findings if c in before.findings]
+    parts = [_speed_text(before, after, measure, speedup)]
+    parts.extend(_memory_text(before, after))
+    verdict = ", ".join(p for p in parts if p)
+    notes = []
+    if resolved:
+        notes.append("resolved: " + ", ".join(resolved))
+    if new:
+        notes.append("new: " + ", ".join(new))
+    if notes:
+        verdict += "; " + "; ".join(notes)
+    return Comparison(
+        baseline=name,
+        before=before,
+        after=after,
+        measure=measure,
+        speedup=speedup,
+        verdict=verdict,
+        resolved=resolved,
+        new=new,
+        persisting=persisting,
+    )
+
+
+def _speed(before: Headline, after: Headline) -> tuple[str | None, float | None]:
+    if before.failed or after.failed:
+        return None, None
+    same_phase = before.phase is not None and before.phase == after.phase
+    if (
+        same_phase
+        and before.throughput_unit == after.throughput_unit == "samples/s"
+        and before.throughput
+        and after.throughput
+    ):
+        return "samples/s", after.throughput / before.throughput
+    if same_phase and before.kind == after.kind and before.step_interval and after.step_interval:
+        return "step interval", before.step_interval / after.step_interval
+    if before.wall_time > 0 and after.wall_time > 0:
+        return "wall time", before.wall_time / after.wall_time
+    return None, None
+
+
+def factor(ratio: float) -> str:
+    """2.0 -> "2.0×"; 1.37 -> "1.37×"; 12.3 -> "12×"."""
+    if ratio >= 10:
+        return f"{ratio:.0f}×"
+    if ratio >= 2:
+        return f"{ratio:.1f}×"
+    return f"{ratio:.2f}×"
+
+
+def _speed_text(
+    before: Headline, after: Headline, measure: str | None, speedup: float | None
+) -> str:
+    if after.failed and before.failed:
+        return f"both runs failed (baseline: {before.error_type}; this run: {after.error_type})"
+    if after.failed:
+        return f"this run failed with {after.error_type} (the baseline completed)"
+    if before.failed:
+        return f"completes now (the baseline failed with {before.error_type}); not timed"
+    if measure is None or speedup is None:
+        return "speed not comparable (no time was measured)"
+    by = f"by {MEASURES[measure]}"
+    if abs(speedup - 1.0) < NOISE:
+        return f"no measurable change in speed ({factor(speedup)} {by}, within {NOISE:.0%})"
+    if speedup > 1:
+        return f"{factor(speedup)} faster {by}"
+    return f"{factor(1 / speedup)} slower {by}"
+
+
+def _memory_text(before: Headline, after: Headline) -> list[str]:
+    notes = []
+    for label, name in (("peak host memory", "peak_host"), ("peak device memory", "peak_device")):
+        change = _change(getattr(before, name), getattr(after, name))
+        if change is not None and abs(change) >= MEMORY_NOTE:
+            notes.append(f"{label} {_signed_percent(change)}")
+    return notes
+
+
+def _signed_percent(change: float) -> str:
+    value = round(100 * change)
+    return f"+{value}%" if value > 0 else f"−{-value}%"

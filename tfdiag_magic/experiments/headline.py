@@ -1,0 +1,153 @@
+"""The comparable numbers of one run: what a before/after comparison and a sweep put side by side.
+
+The main phase is ``train`` when the run trained, else the phase with the most steps (eval,
+predict, function calls, and the cell's loop iterations last). Its steady steps (warm-up
+left out: the first step and every step that traced) give
+
+- the step time: the median time inside a step;
+- the step interval: the mean time from one step's start to the next one's, so the work between
+  steps (Python, slicing, data wait, a Keras call's set-up) counts. Pauses longer than
+  `PAUSE_FACTOR` times the median interval (epoch ends, validation, checkpoints) and intervals
+  across epochs are left out;
+- the throughput: samples per second of those intervals where the batch size of the steps is
+  known, steps per second otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..findings import Finding
+from ..record import KINDS, PHASES, Record
+from ..stats import memory_stats, time_split, warmup_mask
+
+PAUSE_FACTOR = 5.0
+PHASE_PREFERENCE = ("train", "eval", "predict", "function", "loop")
+
+
+@dataclass
+class Headline:
+    """One run's comparable numbers. Times in seconds, memory in bytes; None: not measured."""
+
+    phase: str | None  # the main phase
+    kind: str | None  # what produced most of its steps (a Keras batch, a tf.function call, ...)
+    steps: int  # steps of the main phase
+    step_time: float | None  # median seconds inside a steady step
+    step_interval: float | None  # mean seconds from a steady step's start to the next one's
+    batch_size: float | None  # median samples per step, when the steps' batch size is known
+    throughput: float | None
+    throughput_unit: str  # "samples/s", "steps/s", or "" when there were no steps
+    compute_share: float | None
+    data_wait_share: float | None
+    other_share: float | None
+    peak_host: int | None  # peak host RSS
+    peak_device: int | None  # the largest device's peak, as TensorFlow reports it
+    wall_time: float
+    failed: bool
+    error: str | None  # "Type: message" of what ended the run
+    error_type: str | None
+    findings: list[str] = field(default_factory=list)  # finding codes
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def main_phase(record: Record) -> str | None:
+    counts = record.phase_counts()
+    if not counts:
+        return None
+    if counts.get("train"):
+        return "train"
+    return max(
+        (p for p in PHASE_PREFERENCE if counts.get(p)),
+        key=lambda p: (counts[p], -PHASE_PREFERENCE.index(p)),
+    )
+
+
+def headline_of(record: Record, findings: list[Finding] | None = None) -> Headline:
+    """The comparable numbers of `record` (and the codes of its findings)."""
+    phase = main_phase(record)
+    error = record.error
+    split = time_split(record)
+    wall = split.wall
+    memory = memory_stats(record)
+    peak_device = max((m["peak"] for m in memory.gpu.values()), default=None)
+    numbers: dict[str, Any] = {
+        "kind": None,
+        "steps": 0,
+        "step_time": None,
+        "step_interval": None,
+        "batch_size": None,
+        "throughput": None,
+        "throughput_unit": "",
+    }
+    if phase is not None:
+        numbers.update(_phase_numbers(record, PHASES.index(phase)))
+    return Headline(
+        phase=phase,
+        compute_share=split.compute / wall if wall > 0 else None,
+        data_wait_share=(split.data_wait / wall if wall > 0 else None)
+        if split.data_wait_observable
+        else None,
+        other_share=split.other / wall if wall > 0 else None,
+        peak_host=memory.host_rss.get("peak"),
+        peak_device=peak_device,
+        wall_time=float(record.wall_time),
+        failed=error is not None,
+        error=f"{error.type}: {error.message.strip()}" if error is not None else None,
+        error_type=error.type if error is not None else None,
+        findings=[f.code for f in findings or []],
+        **numbers,
+    )
+
+
+def _phase_numbers(record: Record, code: int) -> dict[str, Any]:
+    steps = record.steps
+    rows = np.flatnonzero(steps["phase"] == code)
+    rows = rows[np.argsort(steps["start"][rows], kind="stable")]
+    warm = warmup_mask(record)[rows]
+    kinds = np.bincount(steps["kind"][rows], minlength=len(KINDS))
+    steady = rows[~warm] if (~warm).any() else rows
+    durations = steps["duration"][steady]
+    interval, kept = _interval(record, rows, warm)
+    batches = steps["batch"][kept].astype(np.float64)
+    known = ~np.isnan(batches) & (batches > 0)
+    batch = float(np.median(batches[known])) if known.size and known.mean() >= 0.9 else None
+    numbers: dict[str, Any] = {
+        "kind": KINDS[int(kinds.argmax())],
+        "steps": int(rows.size),
+        "step_time": float(np.median(durations)) if durations.size else None,
+        "step_interval": interval,
+        "batch_size": batch,
+    }
+    if interval is not None and interval > 0:
+        if batch is not None:
+            samples = float(batches[known].sum()) / known.sum()
+            numbers.update(throughput=samples / interval, throughput_unit="samples/s")
+        else:
+            numbers.update(throughput=1.0 / interval, throughput_unit="steps/s")
+    return numbers
+
+
+def _interval(record: Record, rows: np.ndarray, warm: np.ndarray) -> tuple[float | None, Any]:
+    """Mean start-to-start seconds of the steady steps of `rows` (in time order), and the rows
+    whose intervals it averages (the steps themselves when there is a single one)."""
+    steps = record.steps
+    if rows.size == 0:
+        return None, rows
+    if rows.size == 1:
+        return float(steps["duration"][rows[0]]), rows
+    starts = steps["start"][rows]
+    gaps = np.diff(starts)
+    owners = rows[:-1]
+    usable = ~warm[:-1] & (np.diff(steps["epoch"][rows]) == 0)
+    if not usable.any():  # every step traced, or one step per epoch: take what there is
+        usable = np.ones(gaps.size, dtype=bool)
+    gaps, owners = gaps[usable], owners[usable]
+    typical = float(np.median(gaps))
+    regular = gaps <= PAUSE_FACTOR * typical if typical > 0 else np.ones(gaps.size, dtype=bool)
+    gaps, owners = gaps[regular], owners[regular]
+    return float(gaps.mean()), owners

@@ -100,8 +100,16 @@ def documentation(code: str) -> str | None:
     return text or None
 
 
-def finding_html(finding: dict[str, Any], buttons: bool = True, open_doc: bool = False) -> str:
-    """One finding (a dict of the JSON report) as an HTML block."""
+def finding_html(
+    finding: dict[str, Any],
+    buttons: bool = True,
+    open_doc: bool = False,
+    insert_as: str | None = None,
+) -> str:
+    """One finding (a dict of the JSON report) as an HTML block.
+
+    `insert_as` is the cell that "Insert below" and "Copy" give (the rewrite, by default).
+    """
     e = escape
     severity = str(finding.get("severity", "info"))
     color = SEVERITY_COLORS.get(severity, "#6b7280")
@@ -136,11 +144,16 @@ def finding_html(finding: dict[str, Any], buttons: bool = True, open_doc: bool =
         parts.append(diff_html(str(finding["diff"])) + "</details>")
     rewrite = finding.get("rewrite")
     if rewrite:
+        cell = insert_as if insert_as is not None else str(rewrite)
         parts.append("<details><summary>The rewritten cell</summary>")
-        parts.append(f"<pre>{e(str(rewrite))}</pre></details>")
-        parts.append(
-            f'<textarea class="tfdiag-rewrite" hidden readonly>{e(str(rewrite))}</textarea>'
-        )
+        parts.append(f"<pre>{e(cell)}</pre></details>")
+        parts.append(f'<textarea class="tfdiag-rewrite" hidden readonly>{e(cell)}</textarea>')
+        if cell != rewrite and cell.startswith("%%tfprofile --compare"):
+            parts.append(
+                '<p class="muted">The cell starts with <code>'
+                f"{e(cell.splitlines()[0])}</code>: one run of it measures the fix against "
+                "this run.</p>"
+            )
         if buttons:
             parts.append(
                 '<div class="tfdiag-actions">'

@@ -1,6 +1,8 @@
 """The interactive dashboard of a finished run (ipywidgets), and the output that carries it.
 
-Tabs: Overview, Steps, Memory, GPU, Findings, Data. A range slider over the steps zooms every
+Tabs: Overview, Steps, Memory, GPU, Findings, Data, with Compare (``--compare``: before, after,
+change, verdict) or Sweep (``--sweep``: the table of runs, the plot, the recommendation) first,
+and selected, when the run has one. A range slider over the steps zooms every
 plot and recomputes the window's statistics from the exact columns; series can be toggled and
 step time drawn on a log scale. Plots are matplotlib PNGs (`dash_plots`), drawn for the tab
 that is showing and redrawn for another tab when it is opened.
@@ -24,7 +26,16 @@ from .dash_findings import finding_html, sorted_findings
 from .dash_model import step_series, window_stats
 from .dash_plots import StepPlotOptions, gpu_png, memory_png, steps_png, use_log
 from .dash_table import csv_text, data_link, table_html
-from .html import PANEL_STYLE, STYLE, gpu_sentence, memory_table, overview_html, render_html
+from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
+from .html import (
+    PANEL_STYLE,
+    STYLE,
+    gpu_sentence,
+    memory_table,
+    overview_html,
+    render_html,
+    tabs_of,
+)
 from .text import headline
 from .units import rate, seconds, size
 
@@ -145,9 +156,9 @@ class Dashboard:
         gpu_tab = self._add(w.VBox([self.gpu_image, self.gpu_note]))
         # Findings
         findings = sorted_findings(self.report["findings"])
-        finding_widgets = [
-            self._add(w.HTML(self._wrap(finding_html(f, buttons=True)))) for f in findings
-        ] or [self._add(w.HTML(self._wrap("<p>No findings.</p>")))]
+        finding_widgets = [self._add(w.HTML(self._wrap(self._finding(f)))) for f in findings] or [
+            self._add(w.HTML(self._wrap("<p>No findings.</p>")))
+        ]
         findings_tab = self._add(w.VBox(finding_widgets))
         # Data
         self.page = self._add(
@@ -175,10 +186,27 @@ class Dashboard:
                 ]
             )
         )
+        # Compare / Sweep, first when the run has one
+        self.titles = tabs_of(self.report)
+        first = []
+        if self.report.get("sweep"):
+            png = sweep_png(self.report["sweep"])
+            self.plots["sweep"] = png
+            first.append(self._add(w.HTML(self._wrap(sweep_html(self.report["sweep"], png)))))
+        elif self.report.get("comparison"):
+            first.append(self._add(w.HTML(self._wrap(comparison_html(self.report["comparison"])))))
         self.tab = self._add(
             w.Tab(
-                children=[self.overview, steps_tab, memory_tab, gpu_tab, findings_tab, data_tab],
-                titles=TAB_TITLES,
+                children=[
+                    *first,
+                    self.overview,
+                    steps_tab,
+                    memory_tab,
+                    gpu_tab,
+                    findings_tab,
+                    data_tab,
+                ],
+                titles=self.titles,
             )
         )
         self.root = self._add(w.VBox([self.header, self.slider, self.window, self.tab]))
@@ -199,6 +227,11 @@ class Dashboard:
     @staticmethod
     def _wrap(html: str) -> str:
         return f'<div class="tfdiag">{html}</div>'
+
+    def _finding(self, finding: dict[str, Any]) -> str:
+        rewrite = finding.get("rewrite")
+        cell = insert_cell(self.report, str(rewrite)) if rewrite else None
+        return finding_html(finding, buttons=True, insert_as=cell)
 
     def _header_html(self) -> str:
         report = self.report
@@ -292,9 +325,7 @@ class Dashboard:
     # -- events --------------------------------------------------------------------------------
 
     def _visible(self) -> str:
-        return ("overview", "steps", "memory", "gpu", "findings", "data")[
-            self.tab.selected_index or 0
-        ]
+        return self.titles[self.tab.selected_index or 0].lower()
 
     def _on_range(self, _change: dict[str, Any]) -> None:
         self._update_window()

@@ -3,7 +3,8 @@
 The fragment is what a notebook shows where widgets cannot render (nbconvert, a frontend
 without the widget manager, widgets switched off): the sections one after another, with the
 plots as images. The page is the exported report: the dashboard's tabs (Overview, Steps,
-Memory, GPU, Findings, Data) switch with CSS alone, so it needs no kernel and no script.
+Memory, GPU, Findings, Data; Compare or Sweep first for a run made with ``--compare`` or
+``--sweep``) switch with CSS alone, so it needs no kernel and no script.
 Everything that comes from the user (code, names, messages) is escaped.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 from ..record import Record
 from .dash_findings import finding_html, sorted_findings
 from .dash_table import csv_text, data_link, table_html
+from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
 from .plots import png_data_uri
 from .text import headline
 from .units import rate, seconds, share, size
@@ -64,9 +66,29 @@ PAGE_TABLE_ROWS = 50  # ... and in the report file
 PAGE_CSV_LIMIT = 50_000  # steps up to which the report file carries its CSV
 
 
-def _tab_style() -> str:
+def tabs_of(report: dict[str, Any]) -> tuple[str, ...]:
+    """The tabs of a run's report: a Compare or Sweep tab first when the run has one."""
+    first: tuple[str, ...] = ()
+    if report.get("sweep"):
+        first = ("Sweep",)
+    elif report.get("comparison"):
+        first = ("Compare",)
+    return first + TABS
+
+
+def findings_html(report: dict[str, Any], buttons: bool) -> str:
+    """Every finding, most important first; rewrites inserted as `insert_cell` makes them."""
+    return "".join(
+        finding_html(f, buttons=buttons, insert_as=insert_cell(report, str(f["rewrite"])))
+        if f.get("rewrite")
+        else finding_html(f, buttons=buttons)
+        for f in sorted_findings(report["findings"])
+    )
+
+
+def _tab_style(count: int = len(TABS)) -> str:
     rules = [TAB_STYLE]
-    for i in range(len(TABS)):
+    for i in range(count):
         rules.append(
             f"#tfdiag-tab{i}:checked~#tfdiag-panel{i}{{display:block}}"
             f"#tfdiag-tab{i}:checked+label{{border-bottom-color:#3b82f6;opacity:1}}"
@@ -307,6 +329,9 @@ def render_html(
             '<p class="muted">The record below holds everything up to the error.</p>'
         )
     findings = sorted_findings(report["findings"])
+    tabs = tabs_of(report)
+    if report.get("sweep") and "sweep" not in plots:
+        plots = {**plots, "sweep": sweep_png(report["sweep"])}
     panels = {
         "Overview": overview_html(report) + details_html(report, record, full_page),
         "Steps": _image(plots.get("steps"), "step time over steps")
@@ -315,23 +340,28 @@ def render_html(
         + memory_table(report),
         "GPU": _image(plots.get("gpu"), "GPU utilization, memory and power over time")
         or gpu_sentence(report),
-        "Findings": "".join(finding_html(f, buttons=full_page) for f in findings)
-        or "<p>No findings.</p>",
+        "Findings": findings_html(report, buttons=full_page) or "<p>No findings.</p>",
         "Data": data_html(report, record, full_page),
     }
+    if report.get("comparison"):
+        panels["Compare"] = comparison_html(report["comparison"])
+    if report.get("sweep"):
+        panels["Sweep"] = sweep_html(report["sweep"], plots.get("sweep"))
     parts: list[str] = ['<div class="tfdiag">', *header]
     if full_page:
         parts.append('<div class="tfdiag-tabs">')
-        for i, name in enumerate(TABS):
+        for i, name in enumerate(tabs):
             checked = " checked" if i == 0 else ""
             parts.append(
                 f'<input type="radio" name="tfdiag-tabs" id="tfdiag-tab{i}"{checked}>'
                 f'<label for="tfdiag-tab{i}">{name}</label>'
             )
-        for i, name in enumerate(TABS):
+        for i, name in enumerate(tabs):
             parts.append(f'<div class="tfdiag-panel" id="tfdiag-panel{i}">{panels[name]}</div>')
         parts.append("</div>")
     else:
+        for name in tabs[: len(tabs) - len(TABS)]:
+            parts.append(f"<h4>{name}</h4>{panels[name]}")
         parts.append(panels["Overview"])
         parts.append(panels["Steps"])
         if plots.get("memory"):
@@ -349,6 +379,6 @@ def render_html(
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>tfdiag_magic report</title>"
-        f"<style>body{{margin:2em}}{style}{_tab_style()}</style></head><body>\n{body}\n"
+        f"<style>body{{margin:2em}}{style}{_tab_style(len(tabs))}</style></head><body>\n{body}\n"
         "</body></html>\n"
     )

@@ -1,10 +1,14 @@
-"""The text report, for terminals and plain IPython: rendered from the JSON report dict."""
+"""The text report, for terminals and plain IPython: rendered from the JSON report dict.
+
+A comparison (``--compare``) or a sweep (``--sweep``) comes first, under the headline.
+"""
 
 from __future__ import annotations
 
 import textwrap
 from typing import Any
 
+from .experiments import comparison_text, insert_cell, sweep_text
 from .units import rate, seconds, share, size
 
 
@@ -26,6 +30,12 @@ def headline(report: dict[str, Any]) -> str:
 
 def render_text(report: dict[str, Any]) -> str:
     out: list[str] = [f"tfdiag_magic: {headline(report)}", ""]
+    if report.get("comparison"):
+        out.extend(comparison_text(report["comparison"]))
+        out.append("")
+    if report.get("sweep"):
+        out.extend(sweep_text(report["sweep"]))
+        out.append("")
     phases = report["steps"]["phases"]
     if phases:
         out.append(f"{'phase':<9}{'steps':>8}{'median':>11}{'p90':>11}{'steps/s':>10}  warm-up")
@@ -111,7 +121,7 @@ def render_text(report: dict[str, Any]) -> str:
         out.append("")
         out.append(f"Findings ({len(report['findings'])}), most important first:")
         for index, f in enumerate(report["findings"]):
-            out.extend(_finding_lines(index, f))
+            out.extend(_finding_lines(index, f, report))
     error = report.get("error")
     if error:
         out.append("")
@@ -136,7 +146,7 @@ def _evidence_text(evidence: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _finding_lines(index: int, finding: dict[str, Any]) -> list[str]:
+def _finding_lines(index: int, finding: dict[str, Any], report: dict[str, Any]) -> list[str]:
     lines = [f"  {finding['severity'].upper()} {finding['code']}: {finding['title']}"]
     wrap = textwrap.TextWrapper(width=96, initial_indent="    ", subsequent_indent="    ")
     if finding.get("detail"):
@@ -155,5 +165,9 @@ def _finding_lines(index: int, finding: dict[str, Any]) -> list[str]:
     elif finding.get("rewrite"):
         lines.append(f"    Cell to run (result.findings[{index}].rewrite):")
         lines.extend("      " + line for line in finding["rewrite"].splitlines()[:MAX_DIFF_LINES])
+    if finding.get("rewrite"):
+        first = insert_cell(report, "").splitlines()
+        if first:
+            lines.append(f"    Measure the fix: run the rewritten cell under `{first[0]}`.")
     lines.append(f"    More: %tfprofile --explain {finding['code']}")
     return lines

@@ -188,8 +188,8 @@ class TFProfileMagics(Magics):
         baseline = self.shell.user_ns[name]
         if not _is_result(baseline):
             raise UsageError(
-                f"--compare {name}: {name} is a {type(baseline).__name__}, not the "
-                f"ProfileResult of a %%tfprofile run (store one with -o {name}). "
+                f"--compare {name}: {name} holds a value of type {type(baseline).__name__}, not "
+                f"the ProfileResult of a %%tfprofile run (store one with -o {name}). "
                 "Nothing was run."
             )
         if baseline.record is None:

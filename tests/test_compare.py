@@ -50,6 +50,7 @@ def test_rewrite_of_a_per_batch_numpy_loop_measures_faster(ip):
     result = run_cell(ip, f"%%tfprofile -q --compare before -o after\n{rewrite}")
     assert result.success, result.error_in_exec
     comparison = ip.user_ns["after"].comparison
+    print(f"\nverdict: {comparison.verdict}\n{comparison.frame}")  # shown with pytest -s
     # Both runs predict batches of 32 known samples: samples/s decides. Measured here: two
     # orders of magnitude (each predict() call sets up a data adapter for one batch); 1.5x
     # is the margin for a noisy machine.

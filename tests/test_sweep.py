@@ -26,7 +26,7 @@ history = model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
 """
 
 
-def test_batch_size_sweep_throughput_rises_with_the_batch(ip, capsys):
+def test_batch_size_sweep_throughput_rises_with_the_batch(ip):
     result = run_cell(ip, "%%tfprofile --sweep batch_size=8,64,512 -o sw\n" + BATCH_CELL)
     assert result.success, result.error_in_exec
     sw = ip.user_ns["sw"]
@@ -39,6 +39,8 @@ def test_batch_size_sweep_throughput_rises_with_the_batch(ip, capsys):
     assert list(frame["batch_size"]) == [8.0, 64.0, 512.0]
     assert set(frame["throughput_unit"]) == {"samples/s"}
     throughput = list(frame["throughput"])
+    print("\n" + frame[["value", "steps", "step_time", "throughput", "wall_time"]].to_string())
+    print(sw.recommendation)  # shown with pytest -s, after the progress and the report
     # A small MLP on the CPU: a step costs about the same at any of these batches, so the
     # samples per second grow several-fold with each 8x larger batch (2x is the margin here).
     assert throughput[1] > 2 * throughput[0] and throughput[2] > 2 * throughput[1], throughput
@@ -51,11 +53,9 @@ def test_batch_size_sweep_throughput_rises_with_the_batch(ip, capsys):
     assert sw.record.steps["batch"][0] == 512
     assert len(sw.runs) == 3 and sw.runs[0].record.step_count == 512
     assert ip.user_ns["batch_size"] == 512
-    # Progress, then the report: the sweep section first, then the recommended run.
-    out = capsys.readouterr().out
-    assert "tfdiag_magic sweep 1/3: batch_size=8:" in out
-    assert "Sweep of batch_size over 3 values" in out
-    assert "The cell's own assignment to batch_size (line 9) was overridden." in out
+    summary = sw.summary()
+    assert summary.index("Sweep of batch_size over 3 values") < summary.index("phase")
+    assert "The cell's own assignment to batch_size (line 9) was overridden." in summary
     report = json.loads(sw.to_json())
     assert report["schema"] == 1 and report["comparison"] is None
     assert [row["value"] for row in report["sweep"]["rows"]] == ["8", "64", "512"]
@@ -116,10 +116,10 @@ def test_every_value_failing_raises_the_last_error_after_storing_the_table(ip):
     assert "No value completed" in ip.user_ns["sw"].summary()
 
 
-def test_top_level_assignments_are_overridden_and_other_values_kept(ip):
+def test_top_level_assignments_are_overridden_and_other_values_kept(ip, capsys):
     ip.user_ns["seen"] = []
     cell = (
-        "%%tfprofile -q --sweep shape=(2, 3),(4,5) -o sw\n"
+        "%%tfprofile --sweep shape=(2, 3),(4,5) -o sw\n"
         "shape = (1, 1)\n"
         "other, shape = 'kept', (9, 9)\n"
         "def default(shape=(7, 7)):\n"
@@ -134,6 +134,10 @@ def test_top_level_assignments_are_overridden_and_other_values_kept(ip):
     assert sweep["overridden_lines"] == [2, 3]
     # No steps: no throughput, so the wall time decides, and says so.
     assert ip.user_ns["sw"].recommendation.measure == "wall time"
+    out = capsys.readouterr().out  # progress after each run, then the report
+    assert "tfdiag_magic sweep 1/2: shape=(2, 3):" in out
+    assert out.index("tfdiag_magic sweep 2/2: shape=(4, 5):") < out.index("Sweep of shape")
+    assert "The cell's own assignment to shape (line 2) was overridden." in out
 
 
 @pytest.mark.parametrize(
@@ -153,6 +157,20 @@ def test_sweep_and_compare_together_is_a_usage_error(ip):
     result = run_cell(ip, "%%tfprofile --sweep n=1,2 --compare before\nran.append(1)\n")
     assert isinstance(result.error_in_exec, UsageError)
     assert ip.user_ns["ran"] == []
+
+
+def test_user_values_and_errors_are_escaped_in_the_html(ip):
+    cell = (
+        "%%tfprofile -q --sweep tag='<script>x</script>',plain -o sw\n"
+        "if tag != 'plain':\n"
+        "    raise ValueError('<img src=x onerror=alert(1)>')\n"
+    )
+    assert run_cell(ip, cell).success
+    sw = ip.user_ns["sw"]
+    for page in (sw.to_html(full_page=True), sw.to_html(full_page=False)):
+        assert "<script>x" not in page and "<img src=x" not in page
+        assert "&#x27;&lt;script&gt;x&lt;/script&gt;&#x27;" in page
+        assert "&lt;img src=x onerror=alert(1)&gt;" in page
 
 
 def test_interrupt_keeps_the_finished_rows_and_is_raised_again(ip):

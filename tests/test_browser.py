@@ -274,8 +274,10 @@ def test_live_view_and_dashboard_in_jupyterlab(browser, lab, artifacts):
             "text => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]"
             ".findIndex(c => c.querySelector('.cm-content')?.innerText.trim() === text)"
         )
-        page.wait_for_function(f"text => ({find})(text) >= 0", arg=REWRITE)
-        inserted_at = page.evaluate(find, REWRITE)
+        # The run is stored as `r`, so the cell inserted compares the fix with it.
+        inserted = f"%%tfprofile --compare r\n{REWRITE}"
+        page.wait_for_function(f"text => ({find})(text) >= 0", arg=inserted)
+        inserted_at = page.evaluate(find, inserted)
         status = second.locator(".tfdiag-status").inner_text()
         assert status == "Inserted below."
         assert inserted_at == 3  # right below the cell whose output holds the button

@@ -21,6 +21,12 @@ def headline(report: dict[str, Any]) -> str:
             label = {"loop": "loop iterations", "function": "function calls"}.get(name, name)
             parts.append(f"{phases[name]['count']} {label}")
     line = f"{', '.join(parts)} in {seconds(report['wall_time'])}"
+    sweep = report.get("sweep")
+    if sweep and sweep.get("shown"):
+        line = (
+            f"sweep of {sweep['variable']} over {len(sweep['rows'])} values; "
+            f"{sweep['variable']}={sweep['shown']}: {line}"
+        )
     error = report.get("error")
     if error:
         where = f" at {error['phase']} step {error['step']}" if error.get("phase") else ""

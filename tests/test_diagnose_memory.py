@@ -61,6 +61,59 @@ def test_host_memory_growth_gradients_kept_for_later_plots(wide):
     assert ev["where"].startswith("line 10: for xb, yb in")
 
 
+GRADIENTS_KEPT = (
+    "@tf.function\n"
+    "def train_step(xb, yb):\n"
+    "    with tf.GradientTape() as tape:\n"
+    "        loss = loss_fn(yb, model(xb, training=True))\n"
+    "    grads = tape.gradient(loss, model.trainable_variables)\n"
+    "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    "    return loss, grads\n"
+    "grad_history = []\n"
+    "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
+    "    loss, grads = train_step(xb, yb)\n"
+    "    grad_history.append(grads)\n"
+)
+
+
+def test_host_memory_growth_when_the_leaking_cell_runs_a_second_time(wide):
+    # The second run frees the first run's list (`grad_history = []`) and refills the memory
+    # it held: RSS stays flat, but the tensors held on the CPU grow as before.
+    # A run of 64 short steps: sample memory often enough to fit a line through it.
+    options = "-q -o r --memory-interval 0.01"
+    first, _ = profiled(wide, GRADIENTS_KEPT, options)
+    assert first.success
+    result, r = profiled(wide, GRADIENTS_KEPT, options)
+    assert result.success
+    f = the(r, "host-memory-growth")
+    ev = f.evidence
+    per_step = weight_bytes(wide)
+    assert 0.5 * per_step <= ev["bytes_per_step"] <= 2 * per_step, (ev, per_step)
+    assert ev["growth_bytes"] >= 64 * MIB
+    assert ev["measure"] in ("process memory (RSS)", "tensors held by TensorFlow's CPU allocator")
+    tensors = r.record.memory["cpu_tensors"]
+    assert tensors.max() > 0, "the oneDNN CPU allocator keeps statistics on this build"
+
+
+def test_no_host_memory_growth_when_a_healthy_loop_runs_twice(wide):
+    cell = (
+        "@tf.function\n"
+        "def train_step(xb, yb):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+        "losses = []\n"
+        "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
+        "    losses.append(float(train_step(xb, yb)))\n"
+    )
+    for _ in range(2):
+        result, r = profiled(wide, cell, "-q -o r --memory-interval 0.01")
+        assert result.success
+        assert_silent(r, "host-memory-growth")
+
+
 def test_host_memory_growth_weight_snapshots_every_batch(wide):
     result, r = profiled(
         wide,

@@ -370,7 +370,9 @@ def test_progressive_slowdown_from_a_memory_bank_that_is_never_truncated(tab):
     assert result.success
     f = the(r, "progressive-slowdown")
     assert f.severity == "warning"
-    assert f.evidence["steps"] == "training steps"
+    # The steps slow down, and so do the loop's iterations around them (the concatenation
+    # copies the bank too): either may be the series that slowed the most.
+    assert f.evidence["steps"] in ("training steps", "loop iterations")
     assert f.evidence["ratio"] >= 1.5
     assert f.evidence["late_median_s"] - f.evidence["early_median_s"] >= 0.0005
     assert f.evidence["rank_correlation"] >= 0.8

@@ -147,7 +147,8 @@ class Record:
     """Everything measured in one run. Times are seconds since the run started."""
 
     steps: dict[str, np.ndarray] = field(default_factory=lambda: empty_columns(STEP_COLUMNS))
-    memory: dict[str, np.ndarray] = field(default_factory=dict)  # time, step, rss, gpu:<dev>:...
+    # time, step, rss, cpu_tensors, gpu:<dev>:current / peak
+    memory: dict[str, np.ndarray] = field(default_factory=dict)
     nvml: dict[str, np.ndarray] = field(default_factory=dict)  # time, <dev>:util, <dev>:mem_used...
     gc: dict[str, np.ndarray] = field(default_factory=dict)  # time, duration, generation, collected
     traces: list[TraceEvent] = field(default_factory=list)

@@ -107,9 +107,11 @@ class Recorder:
         self._next_memory = 0.0
         self.mem_time = array("d")
         self.mem_rss = array("q")
+        self.mem_tensors = array("q")  # bytes TensorFlow's CPU allocator has in use
         self.gpu_memory: dict[str, tuple[array, array]] = {}
         self.rss_reader: Callable[[], int] | None = None
         self.gpu_reader: Callable[[], dict[str, tuple[int, int]]] | None = None
+        self.tensor_reader: Callable[[], int] | None = None
         self.warnings: list[WarningRecord] = []
         self.warnings_dropped = 0
         # Calls and events that the diagnosis reads besides the steps (see record.py).
@@ -347,6 +349,7 @@ class Recorder:
         self.settle_losses(keep_newest=True)
         self.mem_time.append(now - self.t0)
         self.mem_rss.append(self.rss_reader() if self.rss_reader else -1)
+        self.mem_tensors.append(self.tensor_reader() if self.tensor_reader else -1)
         if self.gpu_reader is not None:
             for device, (current, peak) in self.gpu_reader().items():
                 columns = self.gpu_memory.get(device)
@@ -411,7 +414,8 @@ class Recorder:
         """Close what is still open and return the columns as a Record (steps sorted by start)."""
         self.close_all_loops()
         self.settle_losses()
-        self.sample_memory()
+        self.sample_memory()  # the last sample, with every reader still set
+        self.rss_reader = self.gpu_reader = self.tensor_reader = None
         table = np.frombuffer(self._rows, dtype=np.float64).reshape(-1, WIDTH)
         self._rows = array("d")
         steps = {
@@ -431,6 +435,8 @@ class Recorder:
             # the number of steps that had started when the sample was taken
             "step": np.searchsorted(starts, mem_time, side="right").astype(np.int64),
             "rss": np.array(self.mem_rss, dtype=np.int64),
+            # bytes of tensors held by TensorFlow's CPU allocator; -1 where not known
+            "cpu_tensors": np.array(self.mem_tensors, dtype=np.int64),
         }
         for device, (current, peak) in self.gpu_memory.items():
             memory[f"gpu:{device}:current"] = np.array(current, dtype=np.int64)

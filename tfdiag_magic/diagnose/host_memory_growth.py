@@ -14,8 +14,12 @@ CODE = "host-memory-growth"
 TITLE = "Process memory grows with every step"
 DOC = """\
 ## What it detects
-The process's resident memory (RSS) rises in proportion to the number of steps done, and is
-still rising at the end of the run: something is kept per step and never released.
+Host memory rises in proportion to the number of steps done, and is still rising at the end of
+the run: something is kept per step and never released. Two measures are read: the process's
+resident memory (RSS), and the bytes of tensors TensorFlow's CPU allocator holds (kept by the
+oneDNN CPU allocator, the default on x86 Linux). The second sees tensors kept per step even when
+RSS stays flat because the process reuses memory it freed before, as when a leaking cell is run
+a second time: its old list of tensors is freed and the new run refills the same pages.
 
 ## Why it hurts
 A run that keeps memory per step ends in swapping or in the kernel being killed ("The kernel
@@ -25,8 +29,9 @@ retracing, models built per step, NumPy arrays accumulated for logging, or a `tf
 filling (which stops growing after one epoch, so it is not reported).
 
 ## Evidence we show
-Bytes per step (a least-squares fit of memory against steps done, after the first tenth of
-the run), the total growth, how well steps explain it (R²), and the loop the steps ran in.
+Which measure grew, bytes per step (a least-squares fit of memory against steps done, after
+the first tenth of the run), the total growth, how well steps explain it (R²), and the loop the
+steps ran in.
 
 ## Fix
 Keep Python numbers, not tensors: `losses.append(float(loss))`; write logs to disk; clear
@@ -36,20 +41,30 @@ lists; fix the retracing or model-building findings if they are reported too.
 At least 64 MiB of growth over the steady part of the run, R² ≥ 0.8 against steps done, and
 the last third of the run still growing at half the overall rate or more. A TensorFlow
 process on this machine moves by a few MiB between samples while healthy (allocator caches),
-so 64 MiB is well clear of that.
+so 64 MiB is well clear of that. The same bar holds for the CPU allocator's bytes in use: in a
+healthy loop they return to the same level at the end of every step.
 """
+
+MEASURES = {
+    "rss": "process memory (RSS)",
+    "cpu_tensors": "tensors held by TensorFlow's CPU allocator",
+}
 
 MIN_TOTAL = 64 * (1 << 20)
 
 
 def check(record: Record, source: str | None) -> Finding | None:
-    rss = record.memory.get("rss")
-    if rss is None:
+    growth, measure = None, ""
+    for key in MEASURES:
+        values = record.memory.get(key)
+        if values is None:
+            continue
+        candidate = steady_growth(record, values)
+        if is_steady_rise(candidate, MIN_TOTAL):
+            growth, measure = candidate, key
+            break
+    if growth is None:
         return None
-    growth = steady_growth(record, rss)
-    if not is_steady_rise(growth, MIN_TOTAL):
-        return None
-    assert growth is not None
     loops = record.steps["loop"][record.steps["loop"] >= 0]
     where = (
         loop_label(record, Counter(loops.tolist()).most_common(1)[0][0])
@@ -57,6 +72,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         else ("the cell")
     )
     evidence = {
+        "measure": MEASURES[measure],
         "bytes_per_step": rounded(growth.per_step),
         "growth_bytes": rounded(growth.total),
         "steps": growth.steps,
@@ -68,9 +84,13 @@ def check(record: Record, source: str | None) -> Finding | None:
     finding = Finding(
         code=CODE,
         severity="warning",
-        title=f"Process memory grew {size(growth.total)} ({size(growth.per_step)} per step)",
+        title=(
+            f"{'Process memory' if measure == 'rss' else 'Tensors held on the CPU'} grew"
+            f" {size(growth.total)} ({size(growth.per_step)} per step)"
+        ),
         detail=(
-            f"Memory rose from {size(growth.start_value)} to {size(growth.end_value)} over"
+            f"{MEASURES[measure].capitalize()} rose from {size(growth.start_value)} to"
+            f" {size(growth.end_value)} over"
             f" {growth.steps} steps in {where}, in step with the steps (R² {growth.r2:.2f}),"
             " and was still rising at the end: something is kept on every step."
         ),

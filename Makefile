@@ -32,3 +32,8 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build .pytest_cache
+
+# Notebooks are kept without outputs in the repository (tests/test_notebooks.py checks it).
+.PHONY: strip-notebooks
+strip-notebooks: setup
+	$(PY) notebooks/strip_outputs.py

@@ -288,6 +288,7 @@ def test_exception_in_profile_block_propagates_unchanged_and_partial_record_is_k
         "message": "from the block",
         "step": 3,
         "phase": None,
+        "batch": None,  # raised between steps: no failing step, no batch size
     }
 
 

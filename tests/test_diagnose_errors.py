@@ -52,8 +52,8 @@ LONG_CONTEXT = (
     "    opt.apply_gradients(zip(tape.gradient(loss, variables), variables))\n"
     "    return loss\n"
     "rng = np.random.default_rng(0)\n"
-    "for length in [64, 64, 64, 1 << 18]:\n"
-    "    lm_step(tf.constant(rng.integers(0, 1000, (2, length))))\n"
+    "for batch, length in [(2, 64), (2, 64), (2, 64), (4, 1 << 18)]:\n"
+    "    lm_step(tf.constant(rng.integers(0, 1000, (batch, length))))\n"
 )
 
 
@@ -79,7 +79,8 @@ def test_oom_causal_mask_of_a_long_sequence_in_a_training_step(long_context_oom)
     ev = f.evidence
     assert ev["error"] == "ResourceExhaustedError"
     assert ev["step"] == 3 and ev["phase"] == "train"  # the fourth training step
-    assert ev["batch_size"] == 2
+    assert ev["batch_size"] == 4  # the failing step's own; the completed steps had 2
+    assert r.record.error.batch == 4
     assert ev["peak_host_bytes"] < 4 * GIB  # refused, not filled
     # TensorFlow's own message, as the exception carries it, read by the rule.
     full = replace(r.record, error=replace(r.record.error, message=str(result.error_in_exec)))

@@ -140,6 +140,7 @@ class ErrorInfo:
     message: str
     step: int  # index of the step that was running (or would have run next)
     phase: str | None  # phase of the step that was running, if one was
+    batch: int | None = None  # batch size of the step that failed, where it was known
 
 
 @dataclass

@@ -122,7 +122,7 @@ class Recorder:
         self.pending_host_bytes = 0.0  # NumPy bytes the cell converted since the last step
         self.keras_batch = NAN  # batch size of the running fit/evaluate/predict, when known
         self.error: ErrorInfo | None = None
-        self._failure: tuple[BaseException, int] | None = None
+        self._failure: tuple[BaseException, int, float] | None = None
         # Called on the main thread after each memory sample taken at the end of a step (at
         # most every memory_interval): the live view. It must be quick and never raise.
         self.on_sample: Callable[[Recorder], None] | None = None
@@ -252,9 +252,10 @@ class Recorder:
         pending = self.pending_wait
         self.pending_wait = wait if pending != pending else pending + wait
 
-    def note_failure(self, exc: BaseException, phase: int) -> None:
-        """An exception left a step of `phase`; if it ends the run, that step is where."""
-        self._failure = (exc, phase)
+    def note_failure(self, exc: BaseException, phase: int, batch: float = NAN) -> None:
+        """An exception left a step of `phase` (of `batch` samples, where known); if it ends
+        the run, that step is where."""
+        self._failure = (exc, phase, batch)
 
     def take_wait(self) -> float:
         """The input wait not yet attributed to a step, which the caller's step now owns."""
@@ -397,8 +398,11 @@ class Recorder:
         if not message and isinstance(exc, KeyboardInterrupt):
             message = "interrupted"
         phase: str | None = None
+        batch: int | None = None
         if self._failure is not None and _caused_by(exc, self._failure[0]):
             phase = PHASES[self._failure[1]]
+            size = self._failure[2]
+            batch = int(size) if size == size and size > 0 else None
         code = PHASE[phase or "train"]
         phases = np.frombuffer(self._rows, dtype=np.float64)[_PHASE::WIDTH]
         self.error = ErrorInfo(
@@ -406,6 +410,7 @@ class Recorder:
             message=_clip_message(message),
             step=int(np.count_nonzero(phases == code)),
             phase=phase,
+            batch=batch,
         )
 
     # -- the end -------------------------------------------------------------------------------

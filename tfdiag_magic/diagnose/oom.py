@@ -26,7 +26,8 @@ of memory (as some articles claim): it raises, and the step is lost.
 
 ## Evidence we show
 From TensorFlow's message: the tensor's shape and type, its size, the device and allocator,
-and the op; from the run: the batch size, the peak memory measured, and the step where it
+and the op; from the run: the batch size (the failing step's own where the probe saw it, else
+the completed steps' median), the peak memory measured, and the step where it
 failed.
 
 ## Fix
@@ -97,10 +98,13 @@ def check(record: Record, source: str | None) -> Finding | None:
         if op:
             evidence["op"] = op.group(1)
             break
+    # The failing step's own batch size where the probe saw it; else the completed steps'.
     rows = training_rows(record)
     batches = record.steps["batch"][rows]
     batches = batches[~np.isnan(batches)]
-    if batches.size:
+    if error.batch:
+        evidence["batch_size"] = int(error.batch)
+    elif batches.size:
         evidence["batch_size"] = int(np.median(batches))
     memory = memory_stats(record)
     if memory.host_rss:

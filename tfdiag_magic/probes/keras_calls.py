@@ -232,7 +232,7 @@ class KerasProbe:
                 return original(model, *args, **kwargs)
             except BaseException as exc:
                 if probe._open is not None:
-                    rec.note_failure(exc, probe._open[0])
+                    rec.note_failure(exc, probe._open[0], rec.keras_batch)
                 raise
             finally:
                 rec.driver_depth -= 1
@@ -263,7 +263,7 @@ class KerasProbe:
             try:
                 result = original(model, *args, **kwargs)
             except BaseException as exc:
-                rec.note_failure(exc, phase)
+                rec.note_failure(exc, phase, batch)
                 raise
             finally:
                 rec.driver_depth -= 1

@@ -249,7 +249,10 @@ class TFFunctionProbe:
             try:
                 result = original(function, *args, **kwargs)
             except BaseException as exc:
-                rec.note_failure(exc, train if entry.updates else other)
+                # The batch size is read once per function on the hot path; a failing call
+                # (an OOM at a larger batch) gets its own read.
+                failed_batch = inspect_inputs(args, kwargs, True)[1]
+                rec.note_failure(exc, train if entry.updates else other, failed_batch)
                 raise
             finally:
                 rec.top_function = None

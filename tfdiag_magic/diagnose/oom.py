@@ -27,8 +27,7 @@ of memory (as some articles claim): it raises, and the step is lost.
 ## Evidence we show
 From TensorFlow's message: the tensor's shape and type, its size, the device and allocator,
 and the op; from the run: the batch size (the failing step's own where the probe saw it, else
-the completed steps' median), the peak memory measured, and the step where it
-failed.
+the completed steps' median), the peak memory measured, and the step where it failed.
 
 ## Fix
 In order of cost: a smaller batch (or the same effective batch with gradient accumulation);

@@ -86,6 +86,13 @@ def check(record: Record, source: str | None) -> Finding | None:
                 if loop_time > 0
                 else ""
             )
+            + (
+                " Without a GPU that is little to gain: the rewrite pays off where every"
+                " conversion is also a host-to-device copy, and on a CPU it can even be slower"
+                " (fit sets up each epoch); measure it with --compare."
+                if severity == "info"
+                else ""
+            )
         ),
         fix="Build the batches once with tf.data (`from_tensor_slices(...).batch(b).prefetch()`)"
         " and iterate the dataset, or pass it to `fit`.",

@@ -89,7 +89,7 @@ def check(record: Record, source: str | None) -> Finding | None:
             + (
                 " Without a GPU that is little to gain: the rewrite pays off where every"
                 " conversion is also a host-to-device copy, and on a CPU it can even be slower"
-                " (fit sets up each epoch); measure it with --compare."
+                "; measure it with --compare."
                 if severity == "info"
                 else ""
             )

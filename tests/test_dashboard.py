@@ -277,3 +277,24 @@ def test_config_switch_is_a_configurable_of_the_shell(ip):
     finally:
         run_cell(ip, "%config TFProfile.widgets = True")
     assert settings.widgets is True
+
+
+def test_memory_plot_draws_the_cpu_tensor_series_on_its_own(fit_result):
+    from dataclasses import replace
+
+    from tfdiag_magic.views.dash_plots import memory_png
+
+    record = fit_result.record
+    # This small fit holds no tensors between steps (the series reads 0); give it some.
+    tensors = np.arange(record.memory["rss"].size, dtype=np.int64) << 20
+    # With RSS unknown, the allocator's series alone is drawn; with neither, no plot.
+    no_rss = {
+        **record.memory,
+        "rss": np.full_like(record.memory["rss"], -1),
+        "cpu_tensors": tensors,
+    }
+    series = step_series(replace(record, memory=no_rss))
+    assert memory_png(series, 0, series.count - 1).startswith(PNG_MAGIC)
+    neither = {**no_rss, "cpu_tensors": np.full_like(tensors, -1)}
+    series = step_series(replace(record, memory=neither))
+    assert memory_png(series, 0, series.count - 1) is None

@@ -36,6 +36,8 @@ class StepSeries:
     mem_x: np.ndarray  # memory samples on the step axis
     mem_time: np.ndarray
     mem_rss: np.ndarray  # bytes; -1 where unknown
+    # bytes of tensors TensorFlow's CPU allocator holds; -1 where unknown
+    mem_cpu_tensors: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     mem_gpu: dict[str, np.ndarray] = field(default_factory=dict)  # device -> bytes in use
     nvml: dict[str, np.ndarray] = field(default_factory=dict)  # time, <dev>:util, ...
     only_loops: bool = False  # nothing but loop iterations was recorded: those are plotted
@@ -112,6 +114,7 @@ def step_series(record: Record) -> StepSeries:
         mem_x=np.zeros(0),
         mem_time=mem_time,
         mem_rss=memory.get("rss", np.zeros(0, dtype=np.int64)),
+        mem_cpu_tensors=memory.get("cpu_tensors", np.zeros(0, dtype=np.int64)),
         nvml=dict(record.nvml),
         only_loops=only_loops,
     )

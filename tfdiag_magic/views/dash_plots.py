@@ -248,6 +248,19 @@ def memory_png(series: StepSeries, lo: int, hi: int) -> bytes | None:
         px, py = minmax_columns(x[keep], rss[keep] / 2**20, COLUMNS)
         ax.plot(px, py, lw=1.2, color=SERIES_COLORS[0], label="host RSS", drawstyle="steps-post")
         drew = True
+    tensors = series.mem_cpu_tensors
+    if tensors.size == x.size and (tensors[inside] > 0).any():
+        keep = inside & (tensors >= 0)
+        px, py = minmax_columns(x[keep], tensors[keep] / 2**20, COLUMNS)
+        ax.plot(
+            px,
+            py,
+            lw=1.0,
+            color=SERIES_COLORS[-1],
+            label="CPU tensors (TensorFlow)",
+            drawstyle="steps-post",
+        )
+        drew = True
     for i, (device, values) in enumerate(series.mem_gpu.items()):
         keep = inside & (values >= 0) if values.size == x.size else np.zeros(0, dtype=bool)
         if keep.any():

@@ -163,8 +163,13 @@ def kernel_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return kernels
 
 
-def execute(path: Path, kernels: Path) -> tuple[Any, dict[str, Any], float]:
-    """Run the notebook and the report cell in one kernel; (notebook, report, seconds)."""
+def execute(
+    path: Path, kernels: Path, kernel_name: str = KERNEL_NAME, cwd: Path = NOTEBOOKS
+) -> tuple[Any, dict[str, Any], float]:
+    """Run the notebook and the report cell in one kernel; (notebook, report, seconds).
+
+    The kernel is `kernel_name` from the kernel specs in `kernels`; it starts in `cwd`.
+    """
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
@@ -172,15 +177,15 @@ def execute(path: Path, kernels: Path) -> tuple[Any, dict[str, Any], float]:
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(REPORT_CELL))
     manager = AsyncKernelManager(
-        kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)])
+        kernel_name=kernel_name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)])
     )
     client = NotebookClient(
         nb,
         km=manager,
-        kernel_name=KERNEL_NAME,
+        kernel_name=kernel_name,
         timeout=CELL_TIMEOUT_S,
         allow_errors=False,  # a cell tagged raises-exception may fail, and must
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
+        resources={"metadata": {"path": str(cwd)}},
     )
     start = time.perf_counter()
     client.execute()
@@ -192,10 +197,10 @@ def execute(path: Path, kernels: Path) -> tuple[Any, dict[str, Any], float]:
     return nb, json.loads(line[len(REPORT_MARK) :]), seconds
 
 
-def record_time(name: str, seconds: float) -> None:
+def record_time(name: str, seconds: float, file: str = "notebook-times.json") -> None:
     artifacts = REPO / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
-    target = artifacts / "notebook-times.json"
+    target = artifacts / file
     times = json.loads(target.read_text()) if target.exists() else {}
     times[name] = round(seconds, 1)
     target.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")

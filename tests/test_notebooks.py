@@ -204,7 +204,7 @@ def record_time(name: str, seconds: float, file: str = "notebook-times.json") ->
     times = json.loads(target.read_text()) if target.exists() else {}
     times[name] = round(seconds, 1)
     target.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
-    print(f"\n{name}: executed in {seconds:.1f} s")
+    print(f"\n{name}: {seconds:.1f} s")
 
 
 def test_every_notebook_has_its_expectations():

@@ -444,3 +444,21 @@ def test_no_slowdown_in_a_sweep_over_batch_sizes(tab):
     by_batch = steps.groupby("batch")["duration"].median()
     assert by_batch[256.0] > 1.5 * by_batch[8.0]  # bigger batches take longer per step
     assert_silent(r, "progressive-slowdown")
+
+
+def test_retracing_rewrite_for_a_cell_that_imports_nothing(ip):
+    # The usual notebook: imports in the first cell, the training loop in a later one.
+    ip.run_cell("import tensorflow as tf\nx = tf.ones((3,))")
+    result, r = profiled(
+        ip,
+        "@tf.function\n"
+        "def scale(x, factor):\n"
+        "    return x * factor\n"
+        "for step in range(12):\n"
+        "    y = scale(x, 0.1 * (step + 1))\n",
+    )
+    assert result.success
+    f = the(r, "retracing")
+    assert f.rewrite is not None, f
+    assert "tf.constant(0.1 * (step + 1))" in f.rewrite
+    assert r.record.facts["namespace_modules"]["tf"] == "tensorflow"

@@ -219,3 +219,20 @@ for s in (1.0, 2.0, 3.0):
     assert "scaler.apply(tf.ones(2), tf.constant(s))" in out
     assert execute(method_cell)["scaler"].apply.experimental_get_tracing_count() == 3
     assert execute(out)["scaler"].apply.experimental_get_tracing_count() == 1
+
+
+def test_a_cell_using_tf_imported_in_an_earlier_cell_is_rewritten_with_that_tf():
+    from tfdiag_magic.rewrite.common import namespace_modules
+
+    cell = SCALAR_CELL.removeprefix("import tensorflow as tf\n")
+    # Without knowing what `tf` is, the rewrite cannot tell tf.function from anything else.
+    assert scalars_to_tensors(cell, function="scale", arguments=["factor"]) is None
+    with namespace_modules({"tf": "tensorflow", "np": "numpy"}):
+        out = scalars_to_tensors(cell, function="scale", arguments=["factor"])
+    assert out is not None
+    assert "y = scale(x, tf.constant(lr))" in out
+    assert "import tensorflow" not in out  # the notebook's own `tf` is used, not re-imported
+    # A name the cell binds itself is the cell's, whatever the notebook bound to it.
+    shadowed = "tf = None\n" + cell
+    with namespace_modules({"tf": "tensorflow"}):
+        assert scalars_to_tensors(shadowed, function="scale", arguments=["factor"]) is None

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,7 @@ class Session:
         try:
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
             self._facts = _environment_facts(tf, gpus)
+            self._facts["namespace_modules"] = _namespace_modules(self.namespace)
             self._function_probe = TFFunctionProbe()
             self._keras_probe = KerasProbe()
             self._gc_probe = GCProbe()
@@ -182,6 +183,23 @@ class Session:
         _spread_over_fused_groups(record, rec.fused_groups)
         rec.functions.clear()  # drop the references to the user's tf.function objects
         return record
+
+
+MAX_NAMESPACE_MODULES = 200
+
+
+def _namespace_modules(namespace: dict[str, Any] | None) -> dict[str, str]:
+    """The modules the user's namespace binds before the run (``tf`` -> ``tensorflow``), so a
+    rewrite of a cell that uses ``tf`` imported in an earlier cell knows what ``tf`` is."""
+    if not namespace:
+        return {}
+    found: dict[str, str] = {}
+    for name, value in list(namespace.items()):
+        if isinstance(value, ModuleType) and not name.startswith("_"):
+            found[name] = value.__name__
+            if len(found) >= MAX_NAMESPACE_MODULES:
+                break
+    return found
 
 
 def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:

@@ -52,18 +52,21 @@ def diagnose(record: Record) -> list[Finding]:
     A rule that fails is reported on stderr and skipped: one broken rule must not cost the
     user the rest of the diagnosis or the record.
     """
+    from ..rewrite.common import namespace_modules
+
     findings: list[Finding] = []
-    for rule in rules():
-        try:
-            finding = rule.check(record, record.source)
-        except Exception as exc:
-            print(
-                f"tfdiag_magic: the {rule.CODE} check failed: {type(exc).__name__}: {exc}",
-                file=sys.stderr,
-            )
-            continue
-        if finding is not None:
-            findings.append(finding)
+    with namespace_modules(record.facts.get("namespace_modules") or {}):
+        for rule in rules():
+            try:
+                finding = rule.check(record, record.source)
+            except Exception as exc:
+                print(
+                    f"tfdiag_magic: the {rule.CODE} check failed: {type(exc).__name__}: {exc}",
+                    file=sys.stderr,
+                )
+                continue
+            if finding is not None:
+                findings.append(finding)
     findings.sort(key=Finding.sort_key)
     return findings
 

@@ -8,8 +8,10 @@ cell only when it differs from the old one and compiles.
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import difflib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -331,6 +333,23 @@ def int_value(expr: cst.CSTNode | None) -> int | None:
 
 # --- imports and aliases --------------------------------------------------------------------
 
+# Modules the notebook bound before the cell ran (name -> module name: ``tf`` -> tensorflow).
+# A cell that uses ``tf`` imported in an earlier cell is rewritten with that ``tf``.
+_NAMESPACE_MODULES: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "namespace_modules", default=None
+)
+
+
+@contextlib.contextmanager
+def namespace_modules(modules: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, names the cell uses without binding them resolve through `modules`
+    (the modules bound in the user's namespace when the run started)."""
+    token = _NAMESPACE_MODULES.set(dict(modules))
+    try:
+        yield
+    finally:
+        _NAMESPACE_MODULES.reset(token)
+
 
 @dataclass
 class Aliases:
@@ -424,7 +443,14 @@ def aliases(module: cst.Module) -> Aliases:
                     imported[alias.asname.name.value] = f"{base}.{name}"
                 else:
                     imported[str(name)] = f"{base}.{name}"
-    return Aliases(imported, all_names(module))
+    used = all_names(module)
+    outside = _NAMESPACE_MODULES.get()
+    if outside:
+        bound = stored_names(module)
+        for name in used:
+            if name not in imported and name not in bound and name in outside:
+                imported[name] = outside[name]
+    return Aliases(imported, used)
 
 
 def import_alias(module: cst.Module, qualified: str, alias: str) -> tuple[str, bool] | None:

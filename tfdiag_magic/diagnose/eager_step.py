@@ -31,7 +31,8 @@ any.
 
 ## Fix
 Decorate the step function with `@tf.function`; remove `run_eagerly=True` from `compile`;
-remove `tf.config.run_functions_eagerly(True)` (or set it back to `False`).
+set `tf.config.run_functions_eagerly(False)`: the switch is process-wide, so deleting the line
+does not turn it off in a kernel where it already ran.
 
 ## Threshold
 At least 10 eager training steps, and eager steps are the majority of the training steps, so

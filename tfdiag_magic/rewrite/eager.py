@@ -3,16 +3,15 @@
 Fixes steps executed op by op from Python: a function of the cell that computes gradients with
 a GradientTape and applies them (``tape.gradient`` plus ``optimizer.apply_gradients`` or
 ``optimizer.apply``) gets ``@tf.function``; ``run_eagerly=True`` is removed from
-``model.compile(...)`` (and a ``model.run_eagerly = True`` line is removed);
-``tf.config.run_functions_eagerly(True)`` lines are removed.
+``model.compile(...)``; ``model.run_eagerly = True`` and ``tf.config.run_functions_eagerly(True)``
+become ``False`` (the switch is process-wide, or outlives the cell on a model made earlier:
+removing the line would not undo it in a kernel where it already ran).
 
 Limits: a function is left alone when it is a method, already a tf.function (decorated or
 wrapped with ``tf.function(f)`` in the cell), carries another decorator, or does things that
 behave differently or fail inside a graph: ``print``, ``.numpy()``, ``.item()``, ``float()``,
 ``int()``, ``bool()``, ``len()``, ``.append()``, NumPy or ``time`` calls, creating variables,
 layers, models or optimizers, ``global``/``nonlocal``, ``yield``.
-``tf.config.run_functions_eagerly`` is process-wide: removing the line does not undo it in a
-kernel where it already ran (``tf.config.run_functions_eagerly(False)`` or a restart does).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from .common import (
     find_kwarg,
     import_alias,
     method_name,
-    remove,
     remove_args,
     replace,
     rewrite_cell,
@@ -114,7 +112,9 @@ def _rewrite(cell: Cell) -> cst.Module | None:
                     call, [a for a in call.args if a.keyword and a.keyword.value == "run_eagerly"]
                 )
         elif isinstance(node, cst.SimpleStatementLine):
-            remove(edits, [s for s in node.body if _eager_switch(names, s)])
+            for small in node.body:
+                if _eager_switch(names, small):
+                    edits[small] = _switched_off
 
     missing_import = False
     tf = names.tf
@@ -133,6 +133,19 @@ def _rewrite(cell: Cell) -> cst.Module | None:
         return None
     module = replace(module, edits)
     return add_import(module, "tensorflow", tf) if missing_import else module
+
+
+def _switched_off(node: cst.CSTNode) -> cst.CSTNode:
+    """The switch with False for True: removing the line would not undo a process-wide
+    ``run_functions_eagerly(True)`` (or a model's ``run_eagerly``) that already ran in the
+    kernel; setting it to False does, in the same run that verifies the fix."""
+    if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+        call = node.value
+        arg = call.args[0].with_changes(value=cst.Name("False"))
+        return node.with_changes(value=call.with_changes(args=[arg]))
+    if isinstance(node, cst.Assign):
+        return node.with_changes(value=cst.Name("False"))
+    return node
 
 
 def _eager_switch(names: Aliases, small: cst.CSTNode) -> bool:

@@ -586,3 +586,23 @@ def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(tab):
     assert gc_time.max() >= 0.25  # the full collection clear_session ran
     assert_silent(r, "gc-pauses")
     assert not problems(r), listing(r)
+
+
+def test_gc_pauses_of_clear_session_in_a_model_search_are_an_info_note(tab):
+    # The fix for models built in a loop: each clear_session() runs a full collection.
+    result, r = profiled(
+        tab,
+        "for units in [8, 16, 24, 32, 48, 64, 96, 128]:\n"
+        "    keras.backend.clear_session()\n"
+        "    net = keras.Sequential([keras.Input((16,)), keras.layers.Dense(units),"
+        " keras.layers.Dense(2)])\n"
+        "    net.compile(optimizer='adam', loss=loss_fn)\n"
+        "    net.fit(x, y, batch_size=256, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "gc-pauses")
+    assert f.severity == "info"
+    assert f.evidence["cell_calls_clear_session"] is True
+    assert f.evidence["cell_calls_gc_collect"] is False
+    assert f.evidence["collections_per_generation"].get("2", 0) >= 7  # one per clear_session
+    assert "model-rebuilt-in-loop" not in [f.code for f in problems(r)]

@@ -40,7 +40,10 @@ reference cycles that hold tensors instead of collecting them.
 Pauses at least 5% of the run's wall time and at least 0.25 s in all, leaving the longest
 pause out: one collection is a one-off cost (a `keras.backend.clear_session()` at the top of
 the cell runs one full collection, 0.15–0.6 s in a TensorFlow process on this machine), the
-finding is about pauses that recur.
+finding is about pauses that recur. A warning; an info note when the cell calls
+`keras.backend.clear_session()` and not `gc.collect()`: then the pauses are the price of
+releasing the models built before (the fix `model-rebuilt-in-loop` asks for), worth knowing
+but not a mistake.
 """
 
 MIN_SHARE = 0.05
@@ -79,7 +82,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         )
     return Finding(
         code=CODE,
-        severity="warning",
+        severity="info" if clears and not explicit else "warning",
         title=(
             f"Garbage collection paused the run for {seconds(total)}"
             f" ({share(total, record.wall_time)}, {stats['collections']} collections)"

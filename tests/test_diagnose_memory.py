@@ -59,6 +59,7 @@ def test_host_memory_growth_gradients_kept_for_later_plots(wide):
     assert ev["steps"] <= 64  # training steps, not loop iterations as well
     assert ev["end_bytes"] > ev["start_bytes"]
     assert ev["where"].startswith("line 10: for xb, yb in")
+    assert "far more than a scalar" in f.detail  # megabytes per step: not losses
 
 
 GRADIENTS_KEPT = (

@@ -150,6 +150,7 @@ def _headline(**changes) -> Headline:
         data_wait_share=None,
         other_share=0.2,
         peak_host=1000 * 2**20,
+        host_added=50 * 2**20,
         peak_device=None,
         wall_time=1.5,
         failed=False,
@@ -185,6 +186,20 @@ def test_differences_within_noise_are_no_measurable_change():
     assert same.verdict.startswith("no measurable change in speed (1.03×")
     assert "faster" not in same.verdict and "slower" not in same.verdict
     assert same.resolved == [] and same.persisting == ["small-batch"]
+
+
+def test_host_memory_the_run_added_is_named_when_the_process_peak_hides_it():
+    # The kernel holds 1000 MiB from earlier cells; the fix stops the run adding 200 MiB.
+    before = _headline(peak_host=1200 * 2**20, host_added=200 * 2**20)
+    after = _headline(peak_host=1100 * 2**20, host_added=5 * 2**20)
+    comparison = compare_headlines(before, after, "b")
+    assert "peak host memory" not in comparison.verdict  # −8%: below the note's 10%
+    assert "host memory added by the run 200.0 MiB → 5.0 MiB" in comparison.verdict
+    row = comparison.frame.loc["host memory added by the run"]
+    assert row["before"] == 200 * 2**20 and row["after"] == 5 * 2**20
+    # Small amounts are allocator noise, whatever their ratio.
+    small = compare_headlines(_headline(host_added=8 * 2**20), _headline(host_added=2**20), "b")
+    assert "added by the run" not in small.verdict
 
 
 def test_memory_and_findings_in_the_verdict_and_failed_runs_are_not_timed():

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..views.units import size
 from .headline import Headline, headline_of
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 NOISE = 0.05
 MEMORY_NOTE = 0.10
+ADDED_NOTE_BYTES = 64 * (1 << 20)  # as much as host-memory-growth asks for
 
 MEASURES = {
     "samples/s": "samples/s in steady state",
@@ -45,6 +47,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("data wait share", "data_wait_share", ""),
     ("other share", "other_share", ""),
     ("peak host memory", "peak_host", "bytes"),
+    ("host memory added by the run", "host_added", "bytes"),
     ("peak device memory", "peak_device", "bytes"),
     ("findings", "findings", ""),
 )
@@ -216,6 +219,19 @@ def _memory_text(before: Headline, after: Headline) -> list[str]:
         change = _change(getattr(before, name), getattr(after, name))
         if change is not None and abs(change) >= MEMORY_NOTE:
             notes.append(f"{label} {_signed_percent(change)}")
+    # What the run itself added: small amounts move by allocator noise, so only when one of
+    # the two runs added at least ADDED_NOTE_BYTES.
+    first, second = before.host_added, after.host_added
+    change = _change(first, second)
+    if (
+        change is not None
+        and first is not None
+        and second is not None
+        and abs(change) >= MEMORY_NOTE
+        and max(first, second) >= ADDED_NOTE_BYTES
+        and not any(n.startswith("peak host") for n in notes)
+    ):
+        notes.append(f"host memory added by the run {size(first)} → {size(second)}")
     return notes
 
 

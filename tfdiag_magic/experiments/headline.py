@@ -44,6 +44,9 @@ class Headline:
     data_wait_share: float | None
     other_share: float | None
     peak_host: int | None  # peak host RSS
+    # host RSS the run added: its peak less its first sample. The peak is the whole process's,
+    # earlier cells included, so a memory fix shows here rather than there.
+    host_added: int | None
     peak_device: int | None  # the largest device's peak, as TensorFlow reports it
     wall_time: float
     failed: bool
@@ -94,6 +97,9 @@ def headline_of(record: Record, findings: list[Finding] | None = None) -> Headli
         else None,
         other_share=split.other / wall if wall > 0 else None,
         peak_host=memory.host_rss.get("peak"),
+        host_added=(
+            memory.host_rss["peak"] - memory.host_rss["start"] if memory.host_rss else None
+        ),
         peak_device=peak_device,
         wall_time=float(record.wall_time),
         failed=error is not None,

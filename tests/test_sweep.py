@@ -138,6 +138,16 @@ def test_top_level_assignments_are_overridden_and_other_values_kept(ip, capsys):
     assert "tfdiag_magic sweep 1/2: shape=(2, 3):" in out
     assert out.index("tfdiag_magic sweep 2/2: shape=(4, 5):") < out.index("Sweep of shape")
     assert "The cell's own assignment to shape (line 2) was overridden." in out
+    assert "never reads" not in capsys.readouterr().err  # it does read shape
+
+
+def test_a_sweep_over_a_name_the_cell_never_reads_says_so(ip, capsys):
+    ip.user_ns["runs"] = []
+    result = run_cell(ip, "%%tfprofile -q --sweep batch_sise=8,16\nruns.append(1)\n")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["runs"] == [1, 1]  # it still runs every value
+    err = capsys.readouterr().err
+    assert "the cell never reads batch_sise" in err
 
 
 @pytest.mark.parametrize(

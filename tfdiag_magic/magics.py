@@ -282,6 +282,13 @@ class TFProfileMagics(Magics):
             overridden[:] = drop_top_level_assignments(tree, spec.name)
 
         self._prepare(code, header, args, transform)  # a SyntaxError stops it before any run
+        if not _reads_name(shell.transform_cell(code), spec.name):
+            print(
+                f"tfdiag_magic: the cell never reads {spec.name}: the sweep sets it in the"
+                " notebook's namespace, so the runs differ only if something the cell calls"
+                f" reads the global {spec.name}.",
+                file=sys.stderr,
+            )
         errors: list[BaseException] = []
 
         def run_one(value: Any) -> tuple[ProfileResult, BaseException | None]:
@@ -384,6 +391,20 @@ def _attach_comparison(result: ProfileResult, baseline: ProfileResult | None, na
             f"tfdiag_magic: could not compare with {name}: {type(exc).__name__}: {exc}",
             file=sys.stderr,
         )
+
+
+def _reads_name(source: str, name: str) -> bool:
+    """Whether `source` reads the variable `name` anywhere (True when it cannot be parsed)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return True
+    return any(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+        for node in ast.walk(tree)
+    )
 
 
 def _sweep_progress(spec: Any, run: Any, index: int) -> str:

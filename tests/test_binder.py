@@ -18,7 +18,6 @@ are also written to test-artifacts/binder-times.json.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kernels import write_kernel_spec
 from tests.test_notebooks import EXPECTED_FINDINGS, EXPECTED_RESOLVED, execute, record_time
 
 pytestmark = pytest.mark.kernel
@@ -172,25 +172,12 @@ def test_binder_environment_builds_and_runs_the_quick_start(binder_env):
     listing = extensions.stdout + extensions.stderr
     assert "@jupyter-widgets/jupyterlab-manager" in listing and "enabled" in listing, listing
 
-    kernels = tmp_path / "kernels"
-    spec = kernels / KERNEL_NAME
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [
-                    str(bin_dir / "python"),
-                    "-m",
-                    "ipykernel_launcher",
-                    "-f",
-                    "{connection_file}",
-                ],
-                "display_name": "Binder environment (test)",
-                "language": "python",
-                "env": {"PATH": env["PATH"], "VIRTUAL_ENV": str(venv)},
-            }
-        ),
-        encoding="utf-8",
+    kernels = write_kernel_spec(
+        tmp_path / "kernels",
+        KERNEL_NAME,
+        "Binder environment (test)",
+        env={"PATH": env["PATH"], "VIRTUAL_ENV": str(venv)},
+        python=str(bin_dir / "python"),
     )
     notebooks = repo / "notebooks"
     nb, runs, seconds = execute(notebooks / QUICKSTART, kernels, KERNEL_NAME, cwd=notebooks)

@@ -9,17 +9,13 @@ first; the Findings tab of the first run inserts its rewrite under ``%%tfprofile
 from __future__ import annotations
 
 import html
-import json
-import sys
 from typing import Any
 
-import nbformat
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
-from nbclient import NotebookClient
 
-from .test_dashboard_kernel import REPO, WIDGET_VIEW, descendants, outputs, widget_state
+from tests.kernels import run_cells
+
+from .test_dashboard_kernel import WIDGET_VIEW, descendants, outputs, widget_state
 
 pytestmark = pytest.mark.kernel
 
@@ -53,33 +49,7 @@ LOAD, BEFORE, AFTER, SWEPT, PRINT = range(len(CELLS))
 @pytest.fixture(scope="module")
 def notebook(tmp_path_factory: pytest.TempPathFactory) -> Any:
     kernels = tmp_path_factory.mktemp("kernels")
-    spec = kernels / KERNEL_NAME
-    spec.mkdir()
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "tfdiag_magic compare tests",
-                "language": "python",
-                "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
-            }
-        ),
-        encoding="utf-8",
-    )
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    manager = AsyncKernelManager(
-        kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)])
-    )
-    NotebookClient(
-        nb,
-        km=manager,
-        kernel_name=KERNEL_NAME,
-        timeout=240,
-        allow_errors=True,
-        resources={"metadata": {"path": str(REPO)}},
-    ).execute()
-    return nb
+    return run_cells(CELLS, kernels, KERNEL_NAME, "tfdiag_magic compare tests", timeout=240)
 
 
 def _dashboard(nb: Any, cell: int) -> tuple[dict[str, Any], dict[str, Any], list[str]]:

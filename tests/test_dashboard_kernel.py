@@ -13,19 +13,15 @@ from __future__ import annotations
 import base64
 import json
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
-from nbclient import NotebookClient
+
+from tests.kernels import run_cells
 
 pytestmark = pytest.mark.kernel
 
-REPO = Path(__file__).resolve().parents[1]
 KERNEL_NAME = "tfdiag-dashboard-test"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -60,33 +56,7 @@ LOAD, PROFILED, LIVE, OFF, STATIC, ON, FAILING, SHOW = range(len(CELLS))
 @pytest.fixture(scope="module")
 def notebook(tmp_path_factory: pytest.TempPathFactory) -> Any:
     kernels = tmp_path_factory.mktemp("kernels")
-    spec = kernels / KERNEL_NAME
-    spec.mkdir()
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "tfdiag_magic dashboard tests",
-                "language": "python",
-                "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
-            }
-        ),
-        encoding="utf-8",
-    )
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    manager = AsyncKernelManager(
-        kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)])
-    )
-    NotebookClient(
-        nb,
-        km=manager,
-        kernel_name=KERNEL_NAME,
-        timeout=240,
-        allow_errors=True,
-        resources={"metadata": {"path": str(REPO)}},
-    ).execute()
-    return nb
+    return run_cells(CELLS, kernels, KERNEL_NAME, "tfdiag_magic dashboard tests", timeout=240)
 
 
 def outputs(nb: Any, cell: int, output_type: str) -> list[Any]:

@@ -29,25 +29,27 @@ def wide(ip):
     return ip
 
 
+GRADIENTS_KEPT = (
+    "@tf.function\n"
+    "def train_step(xb, yb):\n"
+    "    with tf.GradientTape() as tape:\n"
+    "        loss = loss_fn(yb, model(xb, training=True))\n"
+    "    grads = tape.gradient(loss, model.trainable_variables)\n"
+    "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    "    return loss, grads\n"
+    "grad_history = []\n"
+    "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
+    "    loss, grads = train_step(xb, yb)\n"
+    "    grad_history.append(grads)  # to plot gradient norms later\n"
+)
+
+
 def weight_bytes(ip) -> int:
     return int(ip.user_ns["WEIGHT_BYTES"])
 
 
 def test_host_memory_growth_gradients_kept_for_later_plots(wide):
-    result, r = profiled(
-        wide,
-        "@tf.function\n"
-        "def train_step(xb, yb):\n"
-        "    with tf.GradientTape() as tape:\n"
-        "        loss = loss_fn(yb, model(xb, training=True))\n"
-        "    grads = tape.gradient(loss, model.trainable_variables)\n"
-        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
-        "    return loss, grads\n"
-        "grad_history = []\n"
-        "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
-        "    loss, grads = train_step(xb, yb)\n"
-        "    grad_history.append(grads)  # to plot gradient norms later\n",
-    )
+    result, r = profiled(wide, GRADIENTS_KEPT)
     assert result.success
     f = the(r, "host-memory-growth")
     assert f.severity == "warning"
@@ -60,21 +62,6 @@ def test_host_memory_growth_gradients_kept_for_later_plots(wide):
     assert ev["end_bytes"] > ev["start_bytes"]
     assert ev["where"].startswith("line 10: for xb, yb in")
     assert "far more than a scalar" in f.detail  # megabytes per step: not losses
-
-
-GRADIENTS_KEPT = (
-    "@tf.function\n"
-    "def train_step(xb, yb):\n"
-    "    with tf.GradientTape() as tape:\n"
-    "        loss = loss_fn(yb, model(xb, training=True))\n"
-    "    grads = tape.gradient(loss, model.trainable_variables)\n"
-    "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
-    "    return loss, grads\n"
-    "grad_history = []\n"
-    "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
-    "    loss, grads = train_step(xb, yb)\n"
-    "    grad_history.append(grads)\n"
-)
 
 
 def test_host_memory_growth_when_the_leaking_cell_runs_a_second_time(wide):

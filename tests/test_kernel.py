@@ -9,22 +9,17 @@ value as execute_result, the error output of a failing profiled cell and its tra
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
-from nbclient import NotebookClient
+
+from tests.kernels import run_cells
 
 pytestmark = pytest.mark.kernel
 
-REPO = Path(__file__).resolve().parents[1]
 KERNEL_NAME = "tfdiag-magic-test"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -56,34 +51,7 @@ FAILING_LINENO = 3  # the %%tfprofile line is line 1
 def notebook(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The notebook above, executed once in a fresh kernel of this virtualenv."""
     kernels = tmp_path_factory.mktemp("kernels")
-    spec = kernels / KERNEL_NAME
-    spec.mkdir()
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "tfdiag_magic tests",
-                "language": "python",
-                "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
-            }
-        ),
-        encoding="utf-8",
-    )
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    manager = AsyncKernelManager(
-        kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)])
-    )
-    client = NotebookClient(
-        nb,
-        km=manager,
-        kernel_name=KERNEL_NAME,
-        timeout=180,
-        allow_errors=True,
-        resources={"metadata": {"path": str(REPO)}},
-    )
-    client.execute()
-    return nb
+    return run_cells(CELLS, kernels, KERNEL_NAME, "tfdiag_magic tests", timeout=180)
 
 
 def outputs(nb: Any, cell: int, output_type: str) -> list[Any]:

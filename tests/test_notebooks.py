@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from tests.kernels import execute_notebook, write_kernel_spec
 from tfdiag_magic import rewrite
 
 pytestmark = pytest.mark.kernel
@@ -148,19 +148,7 @@ def cell_text(cell: Any) -> str:
 @pytest.fixture(scope="module")
 def kernel_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     kernels = tmp_path_factory.mktemp("kernels")
-    spec = kernels / KERNEL_NAME
-    spec.mkdir()
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "tfdiag_magic notebook tests",
-                "language": "python",
-            }
-        ),
-        encoding="utf-8",
-    )
-    return kernels
+    return write_kernel_spec(kernels, KERNEL_NAME, "tfdiag_magic notebook tests")
 
 
 def execute(
@@ -170,25 +158,11 @@ def execute(
 
     The kernel is `kernel_name` from the kernel specs in `kernels`; it starts in `cwd`.
     """
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import AsyncKernelManager
-    from nbclient import NotebookClient
-
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(REPORT_CELL))
-    manager = AsyncKernelManager(
-        kernel_name=kernel_name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)])
-    )
-    client = NotebookClient(
-        nb,
-        km=manager,
-        kernel_name=kernel_name,
-        timeout=CELL_TIMEOUT_S,
-        allow_errors=False,  # a cell tagged raises-exception may fail, and must
-        resources={"metadata": {"path": str(cwd)}},
-    )
     start = time.perf_counter()
-    client.execute()
+    # allow_errors=False: a cell tagged raises-exception may fail, and must
+    execute_notebook(nb, kernels, kernel_name, timeout=CELL_TIMEOUT_S, allow_errors=False, cwd=cwd)
     seconds = time.perf_counter() - start
     report_cell = nb.cells.pop()
     text = cell_text(report_cell)

@@ -182,6 +182,7 @@ def test_json_report_error_holds_type_message_step_and_phase():
         "message": "bad batch",
         "step": 6,
         "phase": None,
+        "batch": None,  # raised between steps: no failing step, no batch size
     }
 
 

@@ -44,6 +44,7 @@ WIDTH = len(ROW_FIELDS)
 _LOSS = ROW_FIELDS.index("loss")
 _DURATION = ROW_FIELDS.index("duration")
 _LOOP_KIND = KINDS.index("loop")
+_LOOP_PHASE = PHASES.index("loop")
 _PHASE = ROW_FIELDS.index("phase")
 _CALLBACK = ROW_FIELDS.index("callback_time")
 MAX_WARNINGS = 1000
@@ -58,7 +59,7 @@ NAN = math.nan
 class OpenLoop:
     """An iteration-tracking state for one loop of the cell while it runs."""
 
-    __slots__ = ("index", "loop_id", "open", "start", "wait")
+    __slots__ = ("has_steps", "index", "loop_id", "open", "start", "wait")
 
     def __init__(self, loop_id: int) -> None:
         self.loop_id = loop_id
@@ -66,6 +67,7 @@ class OpenLoop:
         self.start = 0.0
         self.wait = 0.0
         self.open = False
+        self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
 
 
 class Recorder:
@@ -102,6 +104,7 @@ class Recorder:
         # reading them never makes the host wait for the device inside a step.
         self._loss_rows: list[int] = []
         self._loss_values: list[Any] = []
+        self._settle_by = LOSS_BATCH - 1  # the row at which waiting losses are read at the latest
         self.read_losses: Callable[[list[Any]], list[float]] = _read_each
         # Memory samples, taken from the hot path at most every memory_interval seconds.
         self._next_memory = 0.0
@@ -151,17 +154,25 @@ class Recorder:
         if self.pending_host_bytes and kind != _LOOP_KIND:
             host_bytes += self.pending_host_bytes
             self.pending_host_bytes = 0.0
-        open_loops = self.open_loops
         if loop_id is None:
+            open_loops = self.open_loops
             if open_loops:
-                loop_id = open_loops[-1].loop_id
+                inner = open_loops[-1]
+                loop_id = inner.loop_id
                 if epoch < 0 and len(open_loops) > 1:
                     epoch = open_loops[0].index
-                for state in open_loops:
-                    self.loops_with_steps.add(state.loop_id)
+                if not inner.has_steps:  # the loops around this step have steps
+                    for state in open_loops:
+                        state.has_steps = True
+                        self.loops_with_steps.add(state.loop_id)
             else:
                 loop_id = -1
-        number = loss if loss is not None and isinstance(loss, (float, int)) else NAN
+        if loss is None:
+            number = NAN
+        elif isinstance(loss, (float, int)):
+            number = loss
+        else:
+            number = NAN
         t0 = self.t0
         if fused == 1:
             self._rows.extend(
@@ -205,10 +216,10 @@ class Recorder:
                 )
         index = self.count + fused - 1
         self.count = index + 1
-        if loss is not None and number != number:  # a device value: read it later, in a batch
+        if number != number and loss is not None:  # a device value: read it later, in a batch
             self._loss_rows.append(index)
             self._loss_values.append(loss)
-            if len(self._loss_rows) >= LOSS_BATCH:
+            if index >= self._settle_by:  # LOSS_BATCH rows since the last read
                 self.settle_losses(keep_newest=True)
         if end >= self._next_memory:
             self.sample_memory(end)
@@ -269,6 +280,8 @@ class Recorder:
         With `keep_newest`, the loss of the step that just ended stays queued: on a GPU that
         step may still be running, and reading its loss now would wait for it.
         """
+        kept = 1 if keep_newest and self._loss_rows else 0
+        self._settle_by = self.count + LOSS_BATCH - 1 - kept  # when LOSS_BATCH wait again
         if not self._loss_rows:
             return
         rows, values = self._loss_rows, self._loss_values
@@ -313,14 +326,16 @@ class Recorder:
             totals[3] += 1
             return
         self.add_step(
-            PHASE["loop"],
-            KIND["loop"],
+            _LOOP_PHASE,
+            _LOOP_KIND,
             body_start,
             now,
             state.wait,
             epoch,
             False,
-            loop_id=state.loop_id,
+            None,
+            1,
+            state.loop_id,
         )
 
     def end_loop(self, loop_id: int) -> None:

@@ -10,18 +10,39 @@ from typing import Any
 import numpy as np
 
 NAN = math.nan
+_ndarray = np.ndarray
 
 
-def inspect_inputs(
-    args: tuple[Any, ...], kwargs: dict[str, Any], want_batch: bool = True
-) -> tuple[float, float]:
-    """(bytes of NumPy arrays among the arguments, leading dimension of the first array-like).
+def host_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+    """Bytes of the NumPy arrays among the arguments (which the call converts to tensors).
 
-    Reading a tensor's shape costs about a microsecond, so callers on the hot path ask for the
-    batch size once per function (`want_batch`) and reuse it.
+    This runs on every step call, so it does as little as it can: one type check per
+    argument, and per item of a tuple, list or dict argument.
     """
     host = 0.0
-    batch = NAN if want_batch else 0.0
+    for value in args:
+        kind = type(value)
+        if kind is tuple or kind is list:
+            for item in value:
+                if isinstance(item, _ndarray):
+                    host += item.nbytes
+        elif kind is dict:
+            for item in value.values():
+                if isinstance(item, _ndarray):
+                    host += item.nbytes
+        elif isinstance(value, _ndarray):
+            host += value.nbytes
+    if kwargs:
+        host += host_bytes(tuple(kwargs.values()), {})
+    return host
+
+
+def leading_dimension(args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+    """The leading dimension of the first array-like among the arguments (NaN if none).
+
+    Reading a tensor's shape costs about a microsecond, so callers on the hot path read it
+    once per function and reuse it.
+    """
     for value in (*args, *kwargs.values()):
         items: Any
         if isinstance(value, (tuple, list)):
@@ -31,18 +52,20 @@ def inspect_inputs(
         else:
             items = (value,)
         for item in items:
-            if isinstance(item, np.ndarray):
-                host += item.nbytes
-            if batch != batch:
-                shape = getattr(item, "shape", None)
-                if shape is not None and len(shape) >= 1:
-                    first = shape[0]
-                    if isinstance(first, int):
-                        batch = float(first)
-                    elif first is not None:
-                        with contextlib.suppress(TypeError, ValueError):
-                            batch = float(int(first))
-    return host, batch
+            shape = getattr(item, "shape", None)
+            if shape is not None and len(shape) >= 1:
+                first = shape[0]
+                if isinstance(first, int):
+                    return float(first)
+                if first is not None:
+                    with contextlib.suppress(TypeError, ValueError):
+                        return float(int(first))
+    return NAN
+
+
+def inspect_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[float, float]:
+    """(bytes of NumPy arrays among the arguments, leading dimension of the first array-like)."""
+    return host_bytes(args, kwargs), leading_dimension(args, kwargs)
 
 
 def data_kind(data: Any) -> str:

@@ -9,6 +9,7 @@ only when a function is traced, so it costs nothing in steady state.
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from time import perf_counter
@@ -16,7 +17,7 @@ from typing import Any
 
 from ..record import FunctionStats, TraceEvent
 from ..recorder import KIND, PHASE, Recorder
-from .inputs import inspect_inputs
+from .inputs import host_bytes, leading_dimension
 from .patching import Patcher
 
 _SIGNATURE_CHARS = 400
@@ -209,9 +210,16 @@ class TFFunctionProbe:
 
     @staticmethod
     def _call_wrapper(rec: Recorder, original: Any) -> Any:
+        # Everything the hot path reads is bound here once: a step call costs a few
+        # microseconds of Python, most of it cache misses after the step's own work.
         functions = rec.functions
         traces = rec.traces
         train, other, kind = PHASE["train"], PHASE["function"], KIND["tf_function"]
+        main_thread = rec.thread_id
+        get_ident = threading.get_ident
+        clock = perf_counter
+        add_step = rec.add_step
+        nan = math.nan
 
         def call(function: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
@@ -222,45 +230,41 @@ class TFFunctionProbe:
                 entry = functions[id(function)] = FunctionEntry(function)
             entry.calls += 1
             traced_before = len(traces)
-            if rec.top_function is not None or threading.get_ident() != rec.thread_id:
+            if rec.top_function is not None or rec.driver_depth or rec.step_depth:
+                # A call inside another function, Keras' own function, or a call inside a
+                # marked step: counted, not a step.
+                return _nested_call(rec, entry, original, function, args, kwargs)
+            if get_ident() != main_thread:
                 try:
                     return original(function, *args, **kwargs)
                 finally:
                     if len(traces) != traced_before:
                         entry.last_count = _tracing_count(function)
-            if rec.driver_depth or rec.step_depth:
-                # Keras' own function, or a call inside a marked step: counted, not a step.
-                rec.top_function = function
-                try:
-                    return original(function, *args, **kwargs)
-                finally:
-                    rec.top_function = None
-                    if len(traces) != traced_before:
-                        entry.last_count = _tracing_count(function)
-            wait = rec.take_wait()
-            host, batch = inspect_inputs(args, kwargs, entry.batch != entry.batch)
-            if batch == 0.0:
-                batch = entry.batch
-            else:
-                entry.batch = batch
+            wait = rec.pending_wait
+            rec.pending_wait = nan
+            host = host_bytes(args, kwargs) if args or kwargs else 0.0
+            batch = entry.batch
+            if batch != batch:
+                batch = entry.batch = leading_dimension(args, kwargs)
             rec.top_function = function
             rec.step_depth += 1
-            start = perf_counter()
+            start = clock()
             try:
                 result = original(function, *args, **kwargs)
             except BaseException as exc:
                 # The batch size is read once per function on the hot path; a failing call
                 # (an OOM at a larger batch) gets its own read.
-                failed_batch = inspect_inputs(args, kwargs, True)[1]
-                rec.note_failure(exc, train if entry.updates else other, failed_batch)
+                rec.note_failure(
+                    exc, train if entry.updates else other, leading_dimension(args, kwargs)
+                )
                 raise
             finally:
                 rec.top_function = None
                 rec.step_depth -= 1
                 if len(traces) != traced_before:
                     entry.last_count = _tracing_count(function)
-            end = perf_counter()
-            eager = bool(function._run_functions_eagerly)
+            end = clock()
+            eager = function._run_functions_eagerly
             if not entry.inspected:
                 entry.inspected = True
                 if not entry.updates and not eager:
@@ -268,16 +272,14 @@ class TFFunctionProbe:
             location = entry.loss_at
             if location is _UNKNOWN:
                 location = entry.loss_at = loss_location(result)
-            loss = loss_at(result, location) if location is not None else None
+            loss = None if location is None else loss_at(result, location)
             if entry.updates:
-                rec.add_step(
-                    train, kind, start, end, wait, -1, eager, loss, host_bytes=host, batch=batch
-                )
-                rec.training_step_done(end)
+                add_step(train, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
+                rec.anchor = end  # as Recorder.training_step_done, inline
+                rec.graph_calls = 0
+                rec._step_since_item = True
             else:
-                rec.add_step(
-                    other, kind, start, end, wait, -1, eager, loss, host_bytes=host, batch=batch
-                )
+                add_step(other, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
                 if not eager:
                     rec.graph_calls += 1
             return result
@@ -311,6 +313,29 @@ class TFFunctionProbe:
 
         _create_concrete_function.__wrapped__ = original  # type: ignore[attr-defined]
         return _create_concrete_function
+
+
+def _nested_call(
+    rec: Recorder, entry: FunctionEntry, original: Any, function: Any, args: Any, kwargs: Any
+) -> Any:
+    """A call that is no step of its own: made while another call or a Keras driver runs.
+
+    A call from another thread (tf.distribute replicas) leaves `top_function` alone; a call
+    on the main thread (Keras' own function, or a call inside a marked step) becomes the
+    top function while it runs, so that an optimizer update traced inside it is its own.
+    """
+    __tracebackhide__ = True
+    traced_before = len(rec.traces)
+    outermost = rec.top_function is None and threading.get_ident() == rec.thread_id
+    if outermost:
+        rec.top_function = function
+    try:
+        return original(function, *args, **kwargs)
+    finally:
+        if outermost:
+            rec.top_function = None
+        if len(rec.traces) != traced_before:
+            entry.last_count = _tracing_count(function)
 
 
 def _signature(function_type: Any) -> str:

@@ -18,6 +18,8 @@ class Growth:
     late_per_step: float  # the slope over the last third only
     start_value: float
     end_value: float
+    start_time: float = float("nan")  # when the fitted part began (seconds into the run)
+    end_time: float = float("nan")
 
 
 def steps_done(record: Record) -> np.ndarray | None:
@@ -55,6 +57,8 @@ def steady_growth(record: Record, values: np.ndarray) -> Growth | None:
     begin = x[0] + 0.1 * (x[-1] - x[0])
     keep = x >= begin
     x, y = x[keep], y[keep]
+    times = record.memory.get("time")
+    kept_times = times[ok][keep] if times is not None and times.size == values.size else None
     if x.size < 6 or np.ptp(x) == 0:
         return None
     slope, intercept = np.polyfit(x, y, 1)
@@ -75,6 +79,8 @@ def steady_growth(record: Record, values: np.ndarray) -> Growth | None:
         late_per_step=late,
         start_value=float(y[0]),
         end_value=float(y[-1]),
+        start_time=float(kept_times[0]) if kept_times is not None else float("nan"),
+        end_time=float(kept_times[-1]) if kept_times is not None else float("nan"),
     )
 
 

@@ -33,7 +33,7 @@ def profile_with(view: LiveView, source: str, namespace: dict[str, Any]) -> tupl
     prepared = prepare(source, "<live-test>", instrument=True)
     session = Session(source=source, loops=prepared.loops, namespace=namespace)
     result = session.start()
-    session.add_listener(view.on_sample)
+    view.attach(session)
     error = None
     try:
         run(prepared, namespace)
@@ -131,3 +131,50 @@ def test_a_closed_view_takes_no_more_updates(namespace):
     _, error = profile_with(view, LOOP, namespace)
     assert error is None
     assert view.updates == 0
+
+
+def live_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "tfdiag-live-view"]
+
+
+def test_while_no_step_ends_the_ticker_redraws_and_says_when_the_last_step_ended(namespace):
+    view = LiveView(interval=0.05, tick=0.2)
+    values = watch(view)
+    source = "f(tf.constant(1.0))\nimport time\ntime.sleep(1.6)\nf(tf.constant(1.0))\n"
+    result, error = profile_with(view, source, namespace)
+    assert error is None
+    assert result.record.phase_counts()["function"] == 2
+    # 1.6 s without a step end, a tick every 0.2 s: several redraws from the ticker thread.
+    assert view.ticks >= 3, view.ticks
+    quiet = [v for v in values if "last step ended" in v]
+    assert quiet, values
+    elapsed = [float(v.split("elapsed</td><td>")[1].split(" s<")[0]) for v in quiet]
+    assert elapsed == sorted(elapsed) and elapsed[-1] - elapsed[0] >= 0.3
+    assert "(finished)" in values[-1]
+    assert live_threads() == []  # stopped and joined when the view was detached
+
+
+def test_the_ticker_stops_when_the_cell_raises_and_when_the_view_is_closed(namespace):
+    view = LiveView(interval=0.05, tick=0.05)
+    source = "import time\ntime.sleep(0.3)\nraise ValueError('boom')\n"
+    _, error = profile_with(view, source, namespace)
+    assert isinstance(error, ValueError)
+    assert live_threads() == []
+    assert "(stopped by ValueError)" in view.widget.value
+
+    closed = LiveView(interval=0.05, tick=0.05)
+    prepared = prepare("import time\ntime.sleep(0.3)\n", "<live-test>", instrument=True)
+    session = Session(source="", loops=prepared.loops, namespace=namespace)
+    session.start()
+    closed.attach(session)
+    assert live_threads() == ["tfdiag-live-view"]
+    try:
+        closed.close()  # as %%tfprofile does when the report cannot be shown
+        assert live_threads() == []
+        redraws = closed.updates + closed.ticks
+        run(prepared, namespace)
+    finally:
+        session.stop()
+    assert closed.updates + closed.ticks == redraws

@@ -436,7 +436,7 @@ def _start_live_view(shell: Any, session: Any, args: Any) -> Any:
 
         live = LiveView(interval=settings.live_interval)
         live.show()
-        session.add_listener(live.on_sample)
+        live.attach(session)
         return live
     except Exception as exc:  # no live view: the run itself goes on
         print(f"tfdiag_magic: no live view: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -121,6 +121,11 @@ class Session:
         self._rec = rec
         return self.result
 
+    @property
+    def recorder(self) -> Recorder | None:
+        """The recorder of the running session; None before `start` and after `stop`."""
+        return self._rec
+
     def add_listener(self, callback: Callable[[Recorder], None] | None) -> None:
         """Have `callback(recorder)` called on the main thread after each memory sample taken at
         the end of a step, while the session runs (the live view); None removes it."""

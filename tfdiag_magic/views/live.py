@@ -5,7 +5,10 @@ time over every step so far, host and device memory, the elapsed time, and, insi
 ``fit``, the progress and an ETA. The recorder calls `LiveView.on_sample` on the main thread
 after its memory samples (at most every ``memory_interval``); the view redraws at most every
 `interval` seconds, reads only the rows appended since its last redraw, and sends one widget
-message per redraw. An error inside the view switches it off and never reaches the run.
+message per redraw. While no step ends (tracing, a first batch, a long step), a ticker thread
+redraws every `tick` seconds so that the elapsed time moves and says when the last step ended;
+it is stopped and joined when the view is detached or closed. An error inside the view
+switches it off and never reaches the run.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import threading
 from collections import deque
 from html import escape
 from time import perf_counter
@@ -27,6 +31,7 @@ from .units import rate, seconds, size
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 LOOP = PHASES.index("loop")
 RATE_WINDOW = 3.0  # seconds of recent steps the current steps/s is measured over
+QUIET_NOTE = 1.0  # seconds without a step end after which the view says so
 SPARK_WIDTH, SPARK_HEIGHT = 320, 56
 STYLE = (
     ".tfdiag-live{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:12px}"
@@ -42,20 +47,29 @@ class LiveView:
 
     last: LiveView | None = None  # the view shown last in this process (tests read it)
 
-    def __init__(self, interval: float = 0.25) -> None:
+    def __init__(self, interval: float = 0.25, tick: float = 1.0) -> None:
         import ipywidgets as w
 
         from ..recorder import ROW_FIELDS, WIDTH
 
         self.interval = interval
+        self.tick = tick
         self.enabled = True
         self.updates = 0
+        self.ticks = 0  # redraws made by the ticker thread
         self.update_seconds = 0.0  # time spent redrawing, for the overhead benchmark
         self.error: str | None = None
         self._width = WIDTH
         self._duration = ROW_FIELDS.index("duration")
         self._phase = ROW_FIELDS.index("phase")
+        self._start = ROW_FIELDS.index("start")
         self._next = 0.0
+        self._last_draw = 0.0
+        self._last_end: float | None = None  # when the last recorded step ended (after t0)
+        self._progress: tuple[int, int] | None = None
+        self._lock = threading.Lock()  # one redraw at a time: the main thread or the ticker
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
         self._seen = 0  # rows already read
         self._counts = np.zeros(len(PHASES), dtype=np.int64)
         self._steps = MinMaxBuckets(SPARK_WIDTH // 2)
@@ -108,20 +122,63 @@ class LiveView:
 
     def close(self) -> None:
         self.enabled = False
+        self._stop_ticker()
         self.widget.close()
 
     # -- updates -------------------------------------------------------------------------------
+
+    def attach(self, session: Any) -> None:
+        """Follow the running `session`: redraw after its memory samples (on the main thread)
+        and, while no step ends, every `tick` seconds from a ticker thread."""
+        rec = session.recorder
+        self._rec = rec
+        self._t0 = rec.t0
+        session.add_listener(self.on_sample)
+        if self.tick > 0 and self.enabled:
+            self._stop.clear()
+            self._ticker = threading.Thread(
+                target=self._run_ticker, name="tfdiag-live-view", daemon=True
+            )
+            self._ticker.start()
 
     def on_sample(self, rec: Any) -> None:
         """The recorder's callback: redraw when `interval` has passed; never raise."""
         if not self.enabled:
             return
         now = perf_counter()
-        if now < self._next:
-            return
-        self._next = now + self.interval
+        if now < self._next or not self._lock.acquire(blocking=False):
+            return  # too soon, or the ticker is drawing: a later sample redraws
         try:
-            self.update(rec, now)
+            self._next = now + self.interval
+            self._redraw(rec, now, keras_progress(sys._getframe(1)))
+            self.update_seconds += perf_counter() - now
+        finally:
+            self._lock.release()
+
+    def _run_ticker(self) -> None:
+        while not self._stop.wait(self.tick):
+            now = perf_counter()
+            if not self.enabled:
+                return
+            if now - self._last_draw < self.tick:
+                continue  # steps are ending: the main thread redraws
+            with self._lock:
+                if self._stop.is_set() or self._rec is None:
+                    return
+                self._redraw(self._rec, now, self._progress)
+                self.ticks += 1
+                self.update_seconds += perf_counter() - now
+
+    def _stop_ticker(self) -> None:
+        self._stop.set()
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None and ticker is not threading.current_thread():
+            ticker.join(timeout=5.0)
+
+    def _redraw(self, rec: Any, now: float, progress: tuple[int, int] | None) -> None:
+        """Redraw; an error switches the view off instead of reaching the run."""
+        try:
+            self.update(rec, now, progress)
         except Exception as exc:  # the view must never break the run: it switches itself off
             self.enabled = False
             self.error = f"{type(exc).__name__}: {exc}"
@@ -130,7 +187,6 @@ class LiveView:
                     f'<p class="muted">Live view stopped ({escape(self.error)}); '
                     "the run goes on and is recorded.</p>"
                 )
-        self.update_seconds += perf_counter() - now
 
     def _read_new_rows(self, rec: Any) -> None:
         rows = rec._rows
@@ -146,6 +202,9 @@ class LiveView:
         self._seen = total
         phase = table[:, self._phase].astype(np.int64)
         duration = table[:, self._duration]
+        last_end = float(np.nanmax(table[:, self._start] + duration))
+        if self._last_end is None or last_end > self._last_end:
+            self._last_end = last_end
         self._counts += np.bincount(phase, minlength=len(PHASES))[: len(PHASES)]
         steps = phase != LOOP
         if steps.any():
@@ -156,8 +215,11 @@ class LiveView:
             if self._steps.count() == 0:
                 self._recent_ms = float(np.median(duration[~steps][-32:])) * 1e3
 
-    def update(self, rec: Any, now: float | None = None) -> None:
-        """Read what the recorder appended since the last update and redraw."""
+    def update(
+        self, rec: Any, now: float | None = None, progress: tuple[int, int] | None = None
+    ) -> None:
+        """Read what the recorder appended since the last update and redraw; `progress` is
+        (training steps done, total) of a running Keras ``fit``, where known."""
         now = perf_counter() if now is None else now
         self._t0 = rec.t0
         self._rec = rec
@@ -170,15 +232,17 @@ class LiveView:
         steps_per_s = None
         if len(history) > 1 and history[-1][0] > history[0][0]:
             steps_per_s = (history[-1][1] - history[0][1]) / (history[-1][0] - history[0][0])
-        progress = keras_progress(sys._getframe(1))
+        self._progress = progress
         self.widget.value = self._page(
             self._body(rec, now - rec.t0, steps_per_s, progress, running=True)
         )
+        self._last_draw = now
         self.updates += 1
 
     def detach(self, session: Any) -> None:
         """Stop following `session` (before it stops), having read the steps not yet shown."""
         session.add_listener(None)
+        self._stop_ticker()
         rec, self._rec = self._rec, None
         if rec is not None:
             with contextlib.suppress(Exception):
@@ -231,6 +295,10 @@ class LiveView:
             rows.append(("steps/s (last 3 s)", rate(steps_per_s)))
         recent = seconds(self._recent_ms / 1e3) if self._recent_ms else "–"
         rows.append(("step time (recent median)", recent))
+        if running and elapsed is not None and self._last_end is not None:
+            since = elapsed - self._last_end
+            if since >= QUIET_NOTE:  # a long step, or work of the cell between steps
+                rows.append(("last step ended", f"{seconds(since)} ago"))
         rows.append(("memory", self._memory(rec)))
         bar = ""
         if progress is not None and running:

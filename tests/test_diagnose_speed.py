@@ -300,9 +300,10 @@ def test_model_rebuilt_in_a_search_without_clear_session(tab):
     assert f.evidence["loop"].startswith("line 9: for units in")
     first, last = f.evidence["first_name"], f.evidence["last_name"]
     assert first.startswith("sequential") and last.startswith("sequential") and first != last
-    # Models, optimizer slots and traced functions stay registered: memory grows per model.
+    # Memory grows per model, but a loop that clears the session grows 40-75% as much per
+    # model: five models of a search are an info note, not a warning.
     assert f.evidence["memory_per_model_bytes"] >= MIB
-    assert f.severity == "warning"
+    assert f.severity == "info"
     assert_silent(r, "repeated-keras-call")  # one compile and one fit per model
 
 

@@ -19,12 +19,14 @@ from time import perf_counter
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
+from pinning import pin_every_thread
 
 from tfdiag_magic import active
 from tfdiag_magic.code_runner import prepare, run
 from tfdiag_magic.probes.loops import LoopProbe
 from tfdiag_magic.probes.tf_functions import TFFunctionProbe
 from tfdiag_magic.recorder import Recorder
+from tfdiag_magic.tf_runtime import read_losses
 
 CALLS = 2000
 ITERATIONS = 200_000
@@ -32,6 +34,7 @@ ITERATIONS = 200_000
 
 def probed(probe, body):
     rec = Recorder()  # memory_interval as in a run: pending losses are read every 50 ms
+    rec.read_losses = read_losses  # one stack and one copy per read, as in a session
     active.claim(rec)
     probe.install(rec)
     try:
@@ -92,11 +95,11 @@ def loop_iteration_cost() -> tuple[float, float]:
 
 def main() -> int:
     cpus = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {max(cpus)})
+    pin_every_thread({max(cpus)})  # as overhead.py: threads that move between CPUs are noise
     try:
         plain, profiled = function_call_cost()
     finally:
-        os.sched_setaffinity(0, cpus)
+        pin_every_thread(cpus)
     print(
         f"tf.function call   plain {plain:8.2f} us   probed {profiled:8.2f} us   "
         f"cost {profiled - plain:6.2f} us per call"

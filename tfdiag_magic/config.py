@@ -26,7 +26,7 @@ class TFProfile(Configurable):
         "Needs widgets.",
     ).tag(config=True)
     live_interval = Float(
-        0.25,
+        0.5,
         min=0.05,
         help="Seconds between two updates of the live view (at most; updates come with steps).",
     ).tag(config=True)

@@ -47,7 +47,7 @@ class LiveView:
 
     last: LiveView | None = None  # the view shown last in this process (tests read it)
 
-    def __init__(self, interval: float = 0.25, tick: float = 1.0) -> None:
+    def __init__(self, interval: float = 0.5, tick: float = 1.0) -> None:
         import ipywidgets as w
 
         from ..recorder import ROW_FIELDS, WIDTH
@@ -344,10 +344,9 @@ class LiveView:
 
         step = SPARK_WIDTH / max(buckets.size, len(lows))
         xs = (np.arange(len(lows)) + 0.5) * step
-        path = " ".join(
-            f"M{x:.1f} {y1:.1f}V{y2:.1f}"
-            for x, y1, y2 in zip(xs, y(highs), np.maximum(y(lows), y(highs) + 1), strict=True)
-        )
+        tops = y(highs)
+        columns = np.column_stack([xs, tops, np.maximum(y(lows), tops + 1)]).tolist()
+        path = " ".join([f"M{x:.1f} {y1:.1f}V{y2:.1f}" for x, y1, y2 in columns])
         label = f"step time, {seconds(float(lows.min()))} – {seconds(float(highs.max()))} (log)"
         return (
             f'<svg width="{SPARK_WIDTH}" height="{SPARK_HEIGHT}" role="img" '

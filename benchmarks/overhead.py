@@ -4,8 +4,9 @@ live view on, side by side.
 Run: ``.venv/bin/python benchmarks/overhead.py`` (or ``make bench``); ``ROUNDS=N`` sets the
 number of rounds (default 30).
 
-Two workloads of STEPS training steps each, timed from inside the code (so session start-up
-and report building, paid once per run, are not counted as per-step cost):
+Two workloads, timed from inside the code (so session start-up and report building, paid once
+per run, are not counted as per-step cost), each run long enough (about a second) for the live
+view to redraw in its steady state, at most twice a second, beside its first redraw:
 
 - ``tf.function loop``: a custom loop over pre-made batches calling a @tf.function train step,
   profiled exactly as ``%%tfprofile`` runs a cell (loop instrumented, every probe installed);
@@ -52,7 +53,8 @@ import keras  # noqa: E402
 from tfdiag_magic.code_runner import prepare, run  # noqa: E402
 from tfdiag_magic.session import Session  # noqa: E402
 
-STEPS = 200
+LOOP_STEPS = 1000  # per run of the custom loop
+STEPS = 200  # per epoch of fit
 # Per live run: the view's updates, the seconds they took, and the seconds the run took.
 LIVE_UPDATES: list[tuple[int, float, float]] = []
 ARMS = ("plain", "profiled", "live", "control")
@@ -99,8 +101,8 @@ def _live_view():
 
 def build_namespace() -> dict:
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(BATCH * STEPS, FEATURES)).astype("float32")
-    y = rng.normal(size=(BATCH * STEPS, 1)).astype("float32")
+    x = rng.normal(size=(BATCH * LOOP_STEPS, FEATURES)).astype("float32")
+    y = rng.normal(size=(BATCH * LOOP_STEPS, 1)).astype("float32")
     model = keras.Sequential(
         [
             keras.Input((FEATURES,)),
@@ -135,9 +137,10 @@ def build_namespace() -> dict:
 
     batches = [
         (tf.constant(x[i * BATCH : (i + 1) * BATCH]), tf.constant(y[i * BATCH : (i + 1) * BATCH]))
-        for i in range(STEPS)
+        for i in range(LOOP_STEPS)
     ]
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).cache()
+    fit_data = (x[: BATCH * STEPS], y[: BATCH * STEPS])
+    dataset = tf.data.Dataset.from_tensor_slices(fit_data).batch(BATCH).cache()
     return {
         "model": model,
         "train_step": train_step,
@@ -173,7 +176,7 @@ def timed(source: str, namespace: dict, arm: str) -> list[float]:
             view.close()
         session.stop()
     assert result.record is not None
-    assert result.record.phase_counts().get("train") in (STEPS, FIT_EPOCHS * STEPS)
+    assert result.record.phase_counts().get("train") in (LOOP_STEPS, FIT_EPOCHS * STEPS)
     return namespace["step_times"]
 
 
@@ -231,7 +234,8 @@ def main() -> int:
     namespace = build_namespace()
     print(
         f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} CPUs; "
-        f"{STEPS} steps per run, {ROUNDS} rounds of four arms in random order",
+        f"runs of {LOOP_STEPS} loop steps or {FIT_EPOCHS} epochs of {STEPS} fit steps,"
+        f" {ROUNDS} rounds of four arms in random order",
         flush=True,
     )
     # Every thread of the process (TensorFlow's pools and tf.data's included) runs on one

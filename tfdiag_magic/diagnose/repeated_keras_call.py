@@ -113,10 +113,21 @@ def check(record: Record, source: str | None) -> Finding | None:
     if api == "compile":
         detail += " Each compile also discards the compiled train function, so the next fit"
         detail += " traces it again."
+    if api == "fit":
+        # Measured here: one fit(epochs=1) took 0.21 s where an epoch of fit(epochs=10) took
+        # 0.15 s; epoch-end work (callbacks, validation, a new pass over the data) remains.
+        detail += (
+            " One `fit` with `epochs=N` saves the call's set-up, not all of this: each epoch"
+            " still has work of its own at its ends (callbacks, validation, a new pass over"
+            " the data)."
+        )
     finding = Finding(
         code=CODE,
         severity="warning",
-        title=f"`{api}` called {len(calls)} times in a loop: {share(overhead, total)} set-up",
+        title=(
+            f"`{api}` called {len(calls)} times in a loop:"
+            f" {share(overhead, total)} of its time outside its batches"
+        ),
         detail=detail,
         fix=fix,
         evidence=evidence,

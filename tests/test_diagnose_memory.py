@@ -44,6 +44,18 @@ GRADIENTS_KEPT = (
 )
 
 
+# The guide's compiled training step, returning the loss.
+LOSS_STEP = (
+    "@tf.function\n"
+    "def train_step(xb, yb):\n"
+    "    with tf.GradientTape() as tape:\n"
+    "        loss = loss_fn(yb, model(xb, training=True))\n"
+    "    grads = tape.gradient(loss, model.trainable_variables)\n"
+    "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    "    return loss\n"
+)
+
+
 def weight_bytes(ip) -> int:
     return int(ip.user_ns["WEIGHT_BYTES"])
 
@@ -85,14 +97,7 @@ def test_host_memory_growth_when_the_leaking_cell_runs_a_second_time(wide):
 
 def test_no_host_memory_growth_when_a_healthy_loop_runs_twice(wide):
     cell = (
-        "@tf.function\n"
-        "def train_step(xb, yb):\n"
-        "    with tf.GradientTape() as tape:\n"
-        "        loss = loss_fn(yb, model(xb, training=True))\n"
-        "    grads = tape.gradient(loss, model.trainable_variables)\n"
-        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
-        "    return loss\n"
-        "losses = []\n"
+        LOSS_STEP + "losses = []\n"
         "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
         "    losses.append(float(train_step(xb, yb)))\n"
     )
@@ -148,14 +153,7 @@ def test_no_host_memory_growth_for_a_cache_filling_in_the_first_epoch(ip):
 def test_no_host_memory_growth_when_losses_are_kept_as_floats(wide):
     result, r = profiled(
         wide,
-        "@tf.function\n"
-        "def train_step(xb, yb):\n"
-        "    with tf.GradientTape() as tape:\n"
-        "        loss = loss_fn(yb, model(xb, training=True))\n"
-        "    grads = tape.gradient(loss, model.trainable_variables)\n"
-        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
-        "    return loss\n"
-        "losses = []\n"
+        LOSS_STEP + "losses = []\n"
         "for epoch in range(2):\n"
         "    for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
         "        losses.append(float(train_step(xb, yb)))\n",

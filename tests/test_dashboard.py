@@ -298,3 +298,36 @@ def test_memory_plot_draws_the_cpu_tensor_series_on_its_own(fit_result):
     neither = {**no_rss, "cpu_tensors": np.full_like(tensors, -1)}
     series = step_series(replace(record, memory=neither))
     assert memory_png(series, 0, series.count - 1) is None
+
+
+def test_dashboards_stay_bounded_and_closed_ones_leave_the_widget_registry():
+    """ipywidgets keeps a widget until it is closed, and a dashboard holds its whole result:
+    re-displaying one result keeps one dashboard, many runs keep at most MAX_OPEN_DASHBOARDS,
+    and every widget of a closed dashboard is gone from the registry (so its result can go)."""
+    import gc
+    import weakref
+
+    from ipywidgets.widgets.widget import _instances
+
+    from tfdiag_magic.views import dashboard as dash
+
+    dash.close_dashboards()
+    before = len(_instances)
+    result = synthetic_result(200)
+    first = dashboard_bundle(result)[1]
+    first_ids = {w.model_id for w in first._widgets}
+    for _ in range(3):
+        dashboard_bundle(result)
+    assert dash.open_dashboards() == 1
+    assert not first_ids & set(_instances), "the re-displayed result's old widgets stay open"
+
+    kept = weakref.ref(result)
+    del result, first
+    for _ in range(dash.MAX_OPEN_DASHBOARDS + 3):
+        dashboard_bundle(synthetic_result(50))
+    assert dash.open_dashboards() == dash.MAX_OPEN_DASHBOARDS
+    gc.collect()
+    assert kept() is None, "a result whose dashboard was closed is still alive"
+    dash.close_dashboards()
+    assert dash.open_dashboards() == 0
+    assert len(_instances) == before

@@ -15,6 +15,7 @@ nothing shows as blank or as ``VBox(children=...)``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from html import escape
 from typing import Any
 
@@ -42,6 +43,7 @@ from .units import rate, seconds, size
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 TAB_TITLES = ("Overview", "Steps", "Memory", "GPU", "Findings", "Data")
 PAGE_ROWS = 25
+TOGGLE_LAYOUT = {"width": "auto", "margin": "0 12px 0 0"}
 IMAGE_LAYOUT = {"width": "760px", "max_width": "100%", "height": "auto"}
 DASHBOARD_CLASS = "tfdiag-dashboard"
 
@@ -118,7 +120,9 @@ class Dashboard:
         # Steps: toggles, plot
         self.toggles: dict[str, Any] = {}
         for name in series.phases:
-            self.toggles[f"phase:{name}"] = w.Checkbox(value=True, description=name, indent=False)
+            self.toggles[f"phase:{name}"] = w.Checkbox(
+                value=True, description=name, indent=False, layout=w.Layout(**TOGGLE_LAYOUT)
+            )
         for key, label in (
             ("raw", "raw"),
             ("median", "rolling median"),
@@ -128,10 +132,12 @@ class Dashboard:
             ("log", "log scale"),
         ):
             self.toggles[key] = w.Checkbox(
-                value=bool(getattr(self.options, key)), description=label, indent=False
+                value=bool(getattr(self.options, key)),
+                description=label,
+                indent=False,
+                layout=w.Layout(**TOGGLE_LAYOUT),
             )
         for box in self.toggles.values():
-            box.layout = w.Layout(width="auto", margin="0 12px 0 0")
             self._add(box)
             box.observe(self._on_option, names="value")
         self.steps_image = self._add(w.Image(format="png", layout=w.Layout(**IMAGE_LAYOUT)))
@@ -356,8 +362,13 @@ class Dashboard:
     def close(self) -> None:
         """Close every widget of the dashboard (their comms, in a kernel)."""
         for widget in reversed(self._widgets):
+            # A widget's Layout and Style are widgets of their own that close() leaves open.
+            for part in (getattr(widget, "layout", None), getattr(widget, "style", None)):
+                if part is not None:
+                    part.close()
             widget.close()
         self._widgets.clear()
+        self.plots.clear()
 
 
 def static_bundle(
@@ -376,13 +387,52 @@ def static_bundle(
     }
 
 
+# ipywidgets keeps every widget in a process-wide registry until it is closed, and a dashboard's
+# widgets hold its result (the whole record and its plots): without a bound, every run and every
+# re-display of a result would stay in memory for the kernel's life, `del run` included.
+MAX_OPEN_DASHBOARDS = 8
+_open_dashboards: OrderedDict[int, Dashboard] = OrderedDict()
+
+
 def dashboard_bundle(result: ProfileResult) -> tuple[dict[str, Any], Dashboard]:
-    """Display data holding the dashboard's widget view with the static HTML and text beside it."""
+    """Display data holding the dashboard's widget view with the static HTML and text beside it.
+
+    A result has one live dashboard: displaying it again closes the one shown before. Past
+    MAX_OPEN_DASHBOARDS results, the oldest dashboard is closed (its output keeps the static
+    report for frontends that cannot find the widget any more).
+    """
     dashboard = Dashboard(result)
-    data = static_bundle(result, plots=dashboard.plots, report=dashboard.report)
-    view = dashboard.root._repr_mimebundle_()
-    data[WIDGET_VIEW] = view[WIDGET_VIEW]
+    try:
+        data = static_bundle(result, plots=dashboard.plots, report=dashboard.report)
+        view = dashboard.root._repr_mimebundle_()
+        data[WIDGET_VIEW] = view[WIDGET_VIEW]
+    except BaseException:
+        dashboard.close()
+        raise
+    _keep_open(result, dashboard)
     return data, dashboard
+
+
+def _keep_open(result: ProfileResult, dashboard: Dashboard) -> None:
+    previous = _open_dashboards.pop(id(result), None)
+    if previous is not None:
+        previous.close()
+    _open_dashboards[id(result)] = dashboard
+    while len(_open_dashboards) > MAX_OPEN_DASHBOARDS:
+        _key, oldest = _open_dashboards.popitem(last=False)
+        oldest.close()
+
+
+def open_dashboards() -> int:
+    """How many dashboards are open (their widgets alive in the kernel)."""
+    return len(_open_dashboards)
+
+
+def close_dashboards() -> None:
+    """Close every open dashboard (the extension's unload does this)."""
+    while _open_dashboards:
+        _key, dashboard = _open_dashboards.popitem(last=False)
+        dashboard.close()
 
 
 def in_kernel(shell: Any) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..record import ConfigCall
 from ..recorder import Recorder
-from .patching import Patcher
+from .patching import Patcher, wraps_exactly
 
 _METHODS = {
     "set_memory_growth": "tf.config.experimental.set_memory_growth",
@@ -64,5 +64,4 @@ def _watch(rec: Recorder, original: Any, call: str) -> Any:
                 )
             raise
 
-    watched.__wrapped__ = original  # type: ignore[attr-defined]
-    return watched
+    return wraps_exactly(watched, original)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..recorder import Recorder
-from .patching import Patcher
+from .patching import Patcher, wraps_exactly
 
 _NAMES = ("convert_to_tensor", "constant")
 
@@ -49,7 +49,6 @@ def _watch(rec: Recorder, original: Any) -> Any:
             rec.pending_host_bytes += value.nbytes
         return original(value, *args, **kwargs)
 
-    converted.__wrapped__ = original  # type: ignore[attr-defined]
-    converted.__doc__ = original.__doc__
-    converted.__name__ = getattr(original, "__name__", "converted")
-    return converted
+    # `value` is the first parameter of both tf.convert_to_tensor and tf.constant; the rest
+    # of their signatures is kept by `wraps_exactly`.
+    return wraps_exactly(converted, original)

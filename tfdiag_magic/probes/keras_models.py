@@ -2,7 +2,9 @@
 
 `Model.__init__` and `Functional.__init__` are wrapped; a model counts once, when its outermost
 constructor returns (a subclass calling ``super().__init__`` is still one model). The process
-memory after each build lets the diagnosis tell memory per model.
+memory after each build lets the diagnosis tell memory per model. Keras reads a constructor's
+parameters to build a model's config (`Operation.__new__`, `Model.from_config`), so the
+wrappers keep the original's signature exactly (`wraps_exactly`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from ..record import ModelBuilt
 from ..recorder import Recorder
-from .patching import Patcher, defining_class
+from .patching import Patcher, defining_class, wraps_exactly
 
 
 class KerasModelProbe:
@@ -42,8 +44,11 @@ class KerasModelProbe:
     def _wrap(self, rec: Recorder, original: Any) -> Any:
         probe = self
 
-        def __init__(model: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        # The first parameter is named as Keras names it (`self`), not `model`: see
+        # `wraps_exactly` for the KeyError a different name caused.
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
             __tracebackhide__ = True
+            model = self
             if threading.get_ident() != rec.thread_id:
                 return original(model, *args, **kwargs)
             # The functional twin a Sequential model builds of itself is no model of the
@@ -67,8 +72,7 @@ class KerasModelProbe:
                     )
                 )
 
-        __init__.__wrapped__ = original  # type: ignore[attr-defined]
-        return __init__
+        return wraps_exactly(__init__, original)
 
 
 def _sequential_internal(model: Any) -> bool:

@@ -13,7 +13,7 @@ from time import perf_counter
 from typing import Any
 
 from ..recorder import KIND, PHASE, Recorder
-from .patching import Patcher, defining_class
+from .patching import Patcher, defining_class, wraps_exactly
 
 
 class OptimizerProbe:
@@ -37,8 +37,10 @@ class OptimizerProbe:
 
         train, kind = PHASE["train"], KIND["eager_update"]
 
-        def apply(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        # Named `self` as in BaseOptimizer.apply, and signed as it (`wraps_exactly`).
+        def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
+            optimizer = self
             top = rec.top_function
             if top is not None:
                 # Traced inside a tf.function the cell called: that function trains. (With
@@ -75,5 +77,4 @@ class OptimizerProbe:
             rec.training_step_done(end)
             return result
 
-        apply.__wrapped__ = original  # type: ignore[attr-defined]
-        return apply
+        return wraps_exactly(apply, original)

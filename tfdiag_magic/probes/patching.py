@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 _MISSING = object()
+Wrapper = TypeVar("Wrapper", bound=Callable[..., Any])
+
+
+def wraps_exactly(wrapper: Wrapper, original: Any) -> Wrapper:
+    """Make `wrapper` read as `original` to every kind of introspection; returns `wrapper`.
+
+    Libraries read a callable's parameters in more than one way: `inspect.signature` follows
+    ``__wrapped__``, `inspect.getfullargspec` does not (Keras' `Operation.__new__` uses both
+    on a class's ``__init__`` and pops the first argument's name from one by the name the other
+    gave: a wrapper ``(model, *args, **kwargs)`` around ``(self, *args, **kwargs)`` made it
+    raise ``KeyError: 'model'``). Both honour ``__signature__``, so the original's signature
+    is set there, and name, qualname, docstring and module are copied as `functools.wraps`
+    does. Wrappers should still name their first parameter as the original does (``self``),
+    for code that reads ``__code__`` itself.
+    """
+    functools.update_wrapper(wrapper, original)
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to keep
+        return wrapper
+    wrapper.__signature__ = signature  # type: ignore[attr-defined]
+    return wrapper
 
 
 def defining_class(cls: type, name: str) -> type:

@@ -18,7 +18,7 @@ from typing import Any
 from ..record import FunctionStats, TraceEvent
 from ..recorder import KIND, PHASE, Recorder
 from .inputs import host_bytes, leading_dimension
-from .patching import Patcher
+from .patching import Patcher, wraps_exactly
 
 _SIGNATURE_CHARS = 400
 
@@ -221,8 +221,10 @@ class TFFunctionProbe:
         add_step = rec.add_step
         nan = math.nan
 
-        def call(function: Any, *args: Any, **kwargs: Any) -> Any:
+        # Named `self` as in Function.__call__, and signed as it (`wraps_exactly`).
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
+            function = self
             entry = functions.get(id(function))
             if entry is None or entry.ref() is not function:
                 if entry is not None:  # that id belonged to a function that is gone
@@ -284,8 +286,7 @@ class TFFunctionProbe:
                     rec.graph_calls += 1
             return result
 
-        call.__wrapped__ = original  # type: ignore[attr-defined]
-        return call
+        return wraps_exactly(call, original)
 
     @staticmethod
     def _trace_wrapper(rec: Recorder, original: Any) -> Any:
@@ -311,8 +312,7 @@ class TFFunctionProbe:
                     )
                 )
 
-        _create_concrete_function.__wrapped__ = original  # type: ignore[attr-defined]
-        return _create_concrete_function
+        return wraps_exactly(_create_concrete_function, original)
 
 
 def _nested_call(

@@ -1,16 +1,20 @@
 """Command line: ``python -m tfdiag_magic profile SCRIPT.py``, ``demo`` and ``gpu``.
 
-``profile`` runs a script as ``__main__`` under the same instrumentation as ``%%tfprofile``
-(its top-level loops included), prints the text report and writes the JSON report. It exits 0
-when the script completed and 1 when it raised; the report is written either way.
+``profile`` runs a script as ``python SCRIPT.py`` would (``__main__``, ``__file__``, ``sys.argv``,
+``sys.path[0]``), under the same instrumentation as ``%%tfprofile`` (its top-level loops
+included), prints the text report and writes the JSON report. It exits with the status and the
+message Python would (``sys.exit`` codes, 1 and the traceback for an exception, 130 for an
+interrupt); the report is written however the script ended.
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
+import importlib.machinery
 import os
 import sys
-import traceback
+import tokenize
 import types
 from pathlib import Path
 from typing import Any
@@ -83,51 +87,104 @@ def gpu_doctor(json_path: str | None) -> int:
 
 
 def profile_script(
-    script: Path, argv: list[str], instrument: bool = True
+    script: str | os.PathLike[str], argv: list[str], instrument: bool = True
 ) -> tuple[ProfileResult, BaseException | None]:
-    """Run `script` as ``__main__`` in a session; returns the result and the script's error."""
+    """Run `script` as ``python SCRIPT ARGV...`` runs it, in a session.
+
+    Returns the result and what ended the script other than by finishing: its uncaught
+    exception, a KeyboardInterrupt, or a SystemExit whose code is not 0 or None (`exit_status`
+    gives the status Python would exit with). A SyntaxError is raised before anything runs.
+    `sys.argv`, `sys.path` and ``sys.modules["__main__"]`` are the script's while it runs and
+    are put back afterwards, however it ended.
+    """
     from .code_runner import prepare, run
     from .session import Session
 
-    source = script.read_text(encoding="utf-8")
-    prepared = prepare(source, str(script), instrument=instrument)
-    # A real __main__ module, as runpy and cProfile make: classes the script defines must
-    # pickle (multiprocessing, PyDataset workers) as they do when it runs plainly.
-    main_module = types.ModuleType("__main__")
-    main_module.__file__ = str(script)
-    main_module.__builtins__ = __builtins__  # type: ignore[attr-defined]
-    main_module.__package__ = None
-    main_module.__spec__ = None
-    main_module.__loader__ = None
+    given = os.fspath(script)
+    # Python joins a relative script path to the working folder, without normalising it, for
+    # __file__ and for the filename in tracebacks.
+    path = given if os.path.isabs(given) else os.path.join(os.getcwd(), given)
+    with tokenize.open(path) as file:  # decoded as Python decodes it: coding cookie, BOM
+        source = file.read()
+    prepared = prepare(source, path, instrument=instrument)
+    main_module = _main_module(path)
     namespace: dict[str, Any] = main_module.__dict__
+    session = Session(
+        source=source, loops=prepared.loops, namespace=namespace, label=os.path.basename(path)
+    )
+    saved_argv, saved_path, saved_path_items = sys.argv, sys.path, list(sys.path)
     saved_main = sys.modules.get("__main__")
-    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
-    sys.argv = [str(script), *argv]
-    if sys.path:
-        sys.path[0] = str(script.parent.resolve())
-    session = Session(source=source, loops=prepared.loops, namespace=namespace, label=script.name)
     error: BaseException | None = None
     result = session.start()  # outside the try: a missing TensorFlow is not the script's error
-    sys.modules["__main__"] = main_module
     try:
-        run(prepared, namespace)
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
+        sys.argv = [given, *argv]  # argv[0] as typed, as Python leaves it
+        # Python puts the script's folder (symbolic links resolved) in place of its own first
+        # entry; with -m that entry is the working folder, which a plain run does not search.
+        script_folder = os.path.dirname(os.path.realpath(path))
+        sys.path[:1] = [script_folder]
+        sys.modules["__main__"] = main_module
+        try:
+            run(prepared, namespace)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                error = exc
+        except BaseException as exc:
             error = exc
-    except BaseException as exc:
-        error = exc
+        finally:
+            session.stop(error)
     finally:
-        session.stop(error)
-        if saved_main is not None:
-            sys.modules["__main__"] = saved_main
+        # The script may have rebound or changed these; the caller gets its own back.
         sys.argv = saved_argv
-        if saved_path0 is not None:
-            sys.path[0] = saved_path0
+        sys.path = saved_path
+        sys.path[:] = saved_path_items
+        if saved_main is None:
+            sys.modules.pop("__main__", None)
+        else:
+            sys.modules["__main__"] = saved_main
     return result, error
 
 
+def _main_module(path: str) -> types.ModuleType:
+    """A real ``__main__`` module with the names Python gives a script's.
+
+    As runpy and cProfile make it: classes the script defines must pickle (multiprocessing,
+    PyDataset workers) as they do when it runs plainly.
+    """
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    module.__builtins__ = builtins  # type: ignore[attr-defined]
+    module.__package__ = None
+    module.__spec__ = None
+    module.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    module.__cached__ = None  # type: ignore[attr-defined]
+    module.__annotations__ = {}  # the interpreter's __main__ starts with an empty one
+    return module
+
+
+def exit_status(error: BaseException | None) -> int:
+    """The status ``python SCRIPT.py`` exits with after `error`; prints what Python prints.
+
+    A SystemExit's int code is the status; None is 0; any other code is printed to stderr and
+    the status is 1. An uncaught KeyboardInterrupt is 130 (128 + SIGINT), what a shell shows
+    for a Python killed by it.
+    """
+    if error is None:
+        return 0
+    if isinstance(error, SystemExit):
+        code = error.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    return 1
+
+
 def _print_user_traceback(error: BaseException) -> None:
-    """Print the script's exception without the profiler's own frames."""
+    """Print the script's exception as Python would, without the profiler's own frames."""
     package = str(Path(__file__).resolve().parent)
     tb = error.__traceback__
     frames = []
@@ -138,20 +195,33 @@ def _print_user_traceback(error: BaseException) -> None:
     # Relink the user's frames (a traceback's tb_next is writable) and print from the first.
     for current, following in zip(frames, [*frames[1:], None], strict=True):
         current.tb_next = following
-    traceback.print_exception(type(error), error, frames[0] if frames else None)
+    first = frames[0] if frames else None
+    # Through sys.excepthook, as Python does at exit: the default one, or the script's own.
+    sys.excepthook(type(error), error.with_traceback(first), first)
 
 
 def _report(
     result: ProfileResult, error: BaseException | None, json_path: Path, html_path: Path | None
 ) -> int:
+    """Show the script's ending as Python would, then the report; returns the exit status."""
     if error is not None and not isinstance(error, SystemExit):
         _print_user_traceback(error)
+    status = exit_status(error)
+    sys.stderr.flush()  # the script's ending before the report, also where both go to one file
     print(result.summary())
     result.to_json(json_path)
     print(f"\nJSON report: {json_path}")
     if html_path is not None:
         print(f"HTML report: {result.write_html(html_path)}")
-    return 0 if error is None else 1
+    return status
+
+
+def _syntax_error(error: SyntaxError) -> int:
+    """Python's message for a script that does not compile (no traceback header), status 1."""
+    # Without the profiler's frames that compiled it: Python shows only where the error is.
+    sys.excepthook(type(error), error.with_traceback(None), None)
+    print("tfdiag_magic: the script did not compile; nothing was run or profiled.")
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             if not script.is_file():
                 print(f"tfdiag_magic: no such script: {script}", file=sys.stderr)
                 return 2
-            result, error = profile_script(script, args.args, instrument=not args.no_loops)
+            try:
+                result, error = profile_script(args.script, args.args, instrument=not args.no_loops)
+            except SyntaxError as exc:
+                return _syntax_error(exc)
             json_path = Path(args.json) if args.json else script.with_suffix(".tfdiag.json")
             html_path = Path(args.html) if args.html else None
             return _report(result, error, json_path, html_path)

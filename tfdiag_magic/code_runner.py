@@ -19,6 +19,34 @@ from .record import LoopInfo
 Compiler = Callable[[Any, str, str], CodeType]
 
 
+def compile_plain(tree: Any, filename: str, mode: str) -> CodeType:
+    """Compile as Python compiles a script: no ``__future__`` flag of this module leaks in.
+
+    `compile` without ``dont_inherit`` takes the future flags of the module that calls it, and
+    this one has ``from __future__ import annotations``: a script's annotations would become
+    strings under the profiler only.
+    """
+    return compile(tree, filename, mode, dont_inherit=True)
+
+
+def cell_source(code: str, transformed: str, header: str | None) -> str:
+    """The text to compile for a ``%%tfprofile`` cell, line for line as the user wrote it.
+
+    IPython's `transform_cell` drops the body's leading blank lines; they are put back, as is
+    the magic's own line (as a comment), so that line N of the result is line N of the cell:
+    tracebacks, loop lines and the rewrites (which work on the cell's text) then agree.
+    """
+    blank = 0
+    for line in code.splitlines():
+        if line.strip():
+            break
+        blank += 1
+    else:
+        blank = 0  # IPython keeps an all-blank cell as it is: nothing was dropped
+    body = "\n" * blank + transformed
+    return body if header is None else f"# %%tfprofile {header}\n{body}"
+
+
 @dataclass
 class PreparedCode:
     body: CodeType
@@ -32,7 +60,7 @@ def prepare(
     *,
     instrument: bool = True,
     interactivity: str = "none",
-    compiler: Compiler = compile,
+    compiler: Compiler = compile_plain,
     transform: Callable[[ast.Module], object] | None = None,
 ) -> PreparedCode:
     """Parse, instrument and compile `source`. Raises SyntaxError as Python would.

@@ -15,7 +15,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from . import active
-from .code_runner import prepare, run
+from .code_runner import cell_source, prepare, run
 from .result import ProfileResult
 
 _VALUE_OPTIONS = {
@@ -200,8 +200,8 @@ class TFProfileMagics(Magics):
         """Compile the cell as IPython would (magics transformed, loops instrumented)."""
         shell = self.shell
         transformed = shell.transform_cell(code)
-        # The body starts on the cell's second line: keep tracebacks' line numbers the user's.
-        source = transformed if header is None else f"# %%tfprofile {header}\n{transformed}"
+        # Line N of the compiled text is line N of the cell (its leading blank lines kept).
+        source = cell_source(code, transformed, header)
         filename = shell.compile.cache(source, _running_cell_number(shell), raw_code=source)
         try:
             prepared = prepare(

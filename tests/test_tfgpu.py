@@ -170,8 +170,10 @@ def test_json_path_writes_the_file_and_shows_the_report(ip, capsys, tmp_path):
     ("line", "message"),
     [
         ("--bogus", "unrecognized arguments: --bogus"),
-        ("--watch 0", "--watch needs a positive number of seconds"),
-        ("--watch -2", "--watch needs a positive number of seconds"),
+        ("--watch 0", "--watch needs an interval of at least 0.05 seconds; got 0"),
+        ("--watch -2", "--watch needs an interval of at least 0.05 seconds; got -2"),
+        ("--watch 0.001", "--watch needs an interval of at least 0.05 seconds; got 0.001"),
+        ("--watch nan", "--watch needs an interval of at least 0.05 seconds; got nan"),
         ("--watch soon", "invalid float value: 'soon'"),
         ("--watch --stop", "--watch and --stop cannot be combined"),
         ("--memory-growth --json", "--memory-growth and -o/--json cannot be combined"),
@@ -509,7 +511,7 @@ def test_a_failing_view_does_not_stop_the_sampling(no_watch_left):
     def broken(watch, sample):
         raise RuntimeError("the frontend went away")
 
-    watch = watch_module.GPUWatch(0.02, on_sample=broken)
+    watch = watch_module.GPUWatch(watch_module.MIN_INTERVAL, on_sample=broken)
     watch.start()
     try:
         deadline = time.monotonic() + 10

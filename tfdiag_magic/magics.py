@@ -5,8 +5,11 @@ No measuring and no analysis here: the session records, the views render.
 
 from __future__ import annotations
 
+import contextlib
 import keyword
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -221,49 +224,75 @@ class TFProfileMagics(Magics):
             raise
         return prepared, transformed
 
-    def _session(self, code: str, prepared: Any, args: Any, label: str) -> tuple[Any, Any]:
-        """A started session and its (still empty) result."""
+    def _session(self, code: str, prepared: Any, args: Any, label: str) -> Any:
+        """A session for the cell, not started yet (making one installs nothing)."""
         from .session import Session, SessionOptions
-        from .tf_runtime import TensorFlowMissingError
 
-        session = Session(
+        return Session(
             SessionOptions(memory_interval=args.memory_interval),
             source=code,
             loops=prepared.loops,
             namespace=self.shell.user_ns,
             label=label,
         )
-        try:
-            result = session.start()
-        except TensorFlowMissingError as exc:
-            raise UsageError(str(exc)) from None
-        return session, result
 
     def _profile(
         self, code: str, header: str | None, args: Any, baseline: ProfileResult | None = None
     ) -> Any:
+        """Run the cell in a session; show the report; return the cell's value or raise its
+        exception, unchanged.
+
+        Everything after the session has started is inside the ``try``: whatever stops the
+        cell (its own error, an interrupt while the live view starts or inside a step),
+        `_finish` removes the probes, releases the recorder and reports what was recorded,
+        and never raises itself.
+        """
         __tracebackhide__ = True
         shell = self.shell
         prepared, transformed = self._prepare(code, header, args)
-        session, result = self._session(code, prepared, args, args.output or "")
-        live = _start_live_view(shell, session, args)
+        session = self._session(code, prepared, args, args.output or "")
+        live = None
         try:
+            _start_session(session)
+            live = _new_live_view(shell, args)
+            live = _attach_live_view(live, session)
             value = run(prepared, shell.user_global_ns, shell.user_ns)
         except BaseException as exc:
-            if live is not None:
-                live.detach(session)
-            session.stop(exc)
-            _attach_comparison(result, baseline, args.compare)
-            self._publish(result, args, live, exc)
+            if not session.running:  # it did not start: nothing to remove, nothing to report
+                _close_live_view(live)
+                raise
+            self._finish(session, args, live, exc, baseline)
             raise
-        if live is not None:
-            live.detach(session)
-        session.stop()
-        _attach_comparison(result, baseline, args.compare)
-        self._publish(result, args, live)
+        self._finish(session, args, live, None, baseline)
         if value is not None and _ends_with_semicolon(shell, transformed):
             return None  # `expr;` shows nothing, as in any other cell
         return value
+
+    def _finish(
+        self,
+        session: Any,
+        args: Any,
+        live: Any,
+        error: BaseException | None,
+        baseline: ProfileResult | None,
+    ) -> None:
+        """Every stage after the run, each on its own: a stage that fails (an error, or an
+        interrupt) is a line of the report and the next stage still runs. Never raises."""
+        result = session.result
+        try:
+            if live is not None:
+                _stage(result, "live view", live.detach, session)
+            session.stop(error)  # never raises: its own stages note their failures
+            if baseline is not None:
+                _stage(result, "comparison", _attach_comparison, result, baseline, args.compare)
+            self._publish(result, args, live, error)
+        except BaseException as problem:  # between stages: still never the cell's outcome
+            with _suppress_all():
+                result.add_problem("report", problem)
+            if session.running:  # stopped before the probes were out: take them out now
+                with _suppress_all():
+                    session.stop(error)
+            _close_live_view(live)
 
     def _sweep(self, code: str, header: str | None, args: Any, spec: Any) -> None:
         """Run the cell once per value of the sweep; show and store the table of runs.
@@ -289,37 +318,48 @@ class TFProfileMagics(Magics):
                 f" reads the global {spec.name}.",
                 file=sys.stderr,
             )
+        # The latest failure only, raised again when no value completed. run_sweep drops the
+        # traceback of a failure before the next run, so its frames (a model, its batches)
+        # are freed before that run allocates.
         errors: list[BaseException] = []
 
         def run_one(value: Any) -> tuple[ProfileResult, BaseException | None]:
             __tracebackhide__ = True
             shell.user_ns[spec.name] = value
             prepared, _ = self._prepare(code, header, args, transform)
-            session, result = self._session(code, prepared, args, f"{spec.name}={value!r}")
+            session = self._session(code, prepared, args, f"{spec.name}={value!r}")
             try:
+                _start_session(session)
                 run(prepared, shell.user_global_ns, shell.user_ns)
             except BaseException as exc:
-                session.stop(exc)
-                errors.append(exc)
-                return result, exc
+                if not session.running:
+                    raise
+                session.stop(exc)  # never raises
+                errors[:] = [exc]
+                return session.result, exc
             session.stop()
-            return result, None
+            return session.result, None
 
         def progress(done: Any, index: int) -> None:
             if not args.quiet:
                 print(_sweep_progress(spec, done, index), flush=True)
 
         sweep, stop = run_sweep(spec, run_one, progress, overridden)
-        shown = sweep.shown()
+        shown = sweep.runs[-1] if sweep.runs else None
+        with contextlib.suppress(Exception):  # the recommended run, else the last one
+            shown = sweep.shown()
         if shown is None:  # interrupted before the first run had a record
             if stop is not None:
                 raise stop
             return None
         result = ProfileResult(label=args.output or "", record=shown.result.record)
         result.findings = shown.result.findings
+        result.problems = [*sweep.problems, *shown.result.problems]
         result.experiment = sweep
         failed_all = stop is None and all(run.status != "ok" for run in sweep.runs)
         last_error = errors[-1] if errors else None
+        if not failed_all:
+            errors.clear()  # not raised: nothing keeps its frames past the report
         self._publish(result, args, None, stop if stop is not None else last_error)
         if stop is not None:
             raise stop
@@ -334,13 +374,36 @@ class TFProfileMagics(Magics):
         live: Any = None,
         error: BaseException | None = None,
     ) -> None:
-        """Store, write and show the result. A failure here never hides the cell's own error.
+        """Store, write and show the result. Never raises: a stage that fails (an error or an
+        interrupt) is a line of the report, and the next stage still runs.
 
         In a Jupyter kernel with widgets on, the report is the dashboard, in one output with
         the static HTML and text beside it (shown where widgets cannot render); it takes the
         live view's place. Elsewhere the result displays itself (text, static HTML).
         """
-        TFProfileMagics.last_result = result
+        try:
+            TFProfileMagics.last_result = result
+            _stage(result, "storing the result", self._store, result, args)
+            notes = []
+            for option, what, write in (
+                (args.json, "JSON report", result.to_json),
+                (args.html, "HTML report", result.write_html),
+            ):
+                if option:
+                    written = _write_file(result, what, option, write)
+                    if written is not None:
+                        notes.append(f"{what} written to {written}")
+            if not args.quiet:
+                if _stage(result, "report view", _show_report, self.shell, result, live, error):
+                    for note in notes:
+                        print(note)
+                else:
+                    _show_plain_report(result)
+        finally:
+            _close_live_view(live)
+
+    def _store(self, result: ProfileResult, args: Any) -> bool:
+        """Put the result in the variable of -o (or ``_tfprofile_<N>`` when it has a rewrite)."""
         name = args.output
         if not name and result.experiment is None and any(f.rewrite for f in result.findings):
             # Kept so that the rewritten cell, inserted with `%%tfprofile --compare NAME` on
@@ -349,26 +412,64 @@ class TFProfileMagics(Magics):
         if name:
             self.shell.user_ns[name] = result
             result.stored_as = name
-        try:
-            notes = []
-            if args.json:
-                result.to_json(args.json)
-                notes.append(f"JSON report written to {args.json}")
-            if args.html:
-                path = result.write_html(args.html)
-                notes.append(f"HTML report written to {path}")
-            if not args.quiet:
-                _show_report(self.shell, result, live, error)
-                for note in notes:
-                    print(note)
-        except Exception as exc:  # a report that cannot be shown must not cost the record
+        return True
+
+
+def _stage(result: ProfileResult, name: str, function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)`; when it fails (an error or an interrupt), None and a line of the
+    report: a stage after the run never costs the record or replaces the cell's outcome."""
+    try:
+        return function(*args)
+    except BaseException as error:
+        with _suppress_all():
+            result.add_problem(name, error)
+        return None
+
+
+def _suppress_all() -> contextlib.AbstractContextManager[None]:
+    """Swallow anything (also an interrupt) in the profiler's last-resort bookkeeping."""
+    return contextlib.suppress(BaseException)
+
+
+def _write_file(
+    result: ProfileResult, what: str, path: str, write: Callable[[str], Any]
+) -> Path | None:
+    """Write one report file; a failure is a line on stderr and in the report, not an error."""
+    from .files import report_path, write_failure
+
+    try:
+        write(path)
+    except BaseException as error:
+        with _suppress_all():
+            line = write_failure(what, path, error)
+            result.problems.append(f"{what} file failed: {line}")
+            print(f"tfdiag_magic: {line}", file=sys.stderr)
+        return None
+    return report_path(path)
+
+
+def _show_plain_report(result: ProfileResult) -> None:
+    """The text report when the report view failed; its failure is one of the lines."""
+    try:
+        print(result.summary())
+    except BaseException as error:
+        with _suppress_all():
             print(
-                f"tfdiag_magic: could not render the report: {type(exc).__name__}: {exc}",
+                f"tfdiag_magic: could not render the report: {type(error).__name__}: {error}",
                 file=sys.stderr,
             )
-        finally:
-            if live is not None:
-                live.close()
+            for problem in result.problems:
+                print(f"tfdiag_magic: {problem}", file=sys.stderr)
+
+
+def _start_session(session: Any) -> None:
+    """Start `session` (it cleans up after itself when it cannot start)."""
+    from .tf_runtime import TensorFlowMissingError
+
+    try:
+        session.start()
+    except TensorFlowMissingError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _is_result(value: Any) -> bool:
@@ -423,8 +524,8 @@ def _sweep_progress(spec: Any, run: Any, index: int) -> str:
     return f"{head}: " + ", ".join(parts)
 
 
-def _start_live_view(shell: Any, session: Any, args: Any) -> Any:
-    """Show the live view and attach it to the session, in a kernel with widgets and live on."""
+def _new_live_view(shell: Any, args: Any) -> Any:
+    """A live view, not shown yet, in a kernel with widgets and live on; else None."""
     from .config import settings_of
     from .views.dashboard import in_kernel
 
@@ -434,16 +535,40 @@ def _start_live_view(shell: Any, session: Any, args: Any) -> Any:
     try:
         from .views.live import LiveView
 
-        live = LiveView(interval=settings.live_interval)
-        live.show()
-        live.attach(session)
-        return live
+        return LiveView(interval=settings.live_interval)
     except Exception as exc:  # no live view: the run itself goes on
         print(f"tfdiag_magic: no live view: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
 
 
-def _show_report(shell: Any, result: ProfileResult, live: Any, error: BaseException | None) -> None:
+def _attach_live_view(live: Any, session: Any) -> Any:
+    """Show `live` and attach it to the running session; None when it cannot be shown.
+
+    An interrupt here goes to the caller, which still holds `live` and closes it.
+    """
+    if live is None:
+        return None
+    try:
+        live.show()
+        live.attach(session)
+        return live
+    except Exception as exc:  # no live view: the run itself goes on
+        with _suppress_all():
+            session.add_listener(None)
+        _close_live_view(live)
+        print(f"tfdiag_magic: no live view: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+def _close_live_view(live: Any) -> None:
+    """Close the live view (its ticker thread joined); never raises."""
+    if live is not None:
+        with _suppress_all():
+            live.close()
+
+
+def _show_report(shell: Any, result: ProfileResult, live: Any, error: BaseException | None) -> bool:
+    """Show the report (in the live view's place, if there is one); True once shown."""
     from .config import settings_of
     from .views.dashboard import dashboard_bundle, in_kernel, static_bundle
 
@@ -459,11 +584,28 @@ def _show_report(shell: Any, result: ProfileResult, live: Any, error: BaseExcept
         data = static_bundle(result)
     else:
         display(result)
-        return
+        return True
+    data = _with_problems(data, result.problems)
     if live is not None:
         live.replace(data)
     else:
         display(data, raw=True)
+    return True
+
+
+def _with_problems(data: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """The static views of a display bundle with the profiler's problems in them (the
+    views render the report without them)."""
+    from .result import with_problems_html, with_problems_text
+
+    if not problems:
+        return data
+    data = dict(data)
+    if isinstance(data.get("text/plain"), str):
+        data["text/plain"] = with_problems_text(data["text/plain"], problems)
+    if isinstance(data.get("text/html"), str):
+        data["text/html"] = with_problems_html(data["text/html"], problems)
+    return data
 
 
 def _running_cell_number(shell: Any) -> int:

@@ -30,7 +30,16 @@ class ProfileResult:
         self.comparison: Comparison | None = None  # with --compare NAME
         self.experiment: Sweep | None = None  # with --sweep NAME=V1,V2,...
         self.stored_as: str | None = None  # the variable of the user namespace that holds it
+        # "<stage> failed: <error>" for each stage of the profiler that failed after the code
+        # ran (record details, diagnosis, a view, a file): the rest of the result still holds.
+        self.problems: list[str] = []
         self._frame: Any = None
+
+    def add_problem(self, stage: str, error: BaseException) -> str:
+        """Note that `stage` of the profiler failed with `error`; returns the line noted."""
+        line = failure_line(stage, error)
+        self.problems.append(line)
+        return line
 
     def _need_record(self) -> Record:
         if self.record is None:
@@ -69,38 +78,46 @@ class ProfileResult:
         """The JSON report as a dict (schema 1)."""
         from .views.summary import build_report
 
-        return build_report(
+        report = build_report(
             self._need_record(),
             self.findings,
             comparison=self.comparison.to_dict() if self.comparison is not None else None,
             sweep=self.experiment.to_dict() if self.experiment is not None else None,
             stored_as=self.stored_as,
         )
+        report["problems"] = list(self.problems)
+        return report
 
     def to_json(self, path: str | Path | None = None, indent: int | None = 2) -> str:
+        """The JSON report; with `path`, also written there (``~`` expanded, folders made,
+        atomically: an existing file is replaced only by a complete report)."""
         import json
+
+        from .files import write_text_atomic
 
         text = json.dumps(self.report(), indent=indent, allow_nan=False)
         if path is not None:
-            Path(path).write_text(text + "\n", encoding="utf-8")
+            write_text_atomic(path, text + "\n")
         return text
 
     def summary(self) -> str:
         """The text report."""
         from .views.text import render_text
 
-        return render_text(self.report())
+        return with_problems_text(render_text(self.report()), self.problems)
 
     def to_html(self, full_page: bool = True) -> str:
         from .views.html import render_html
 
-        return render_html(self.report(), self._need_record(), full_page=full_page)
+        html = render_html(self.report(), self._need_record(), full_page=full_page)
+        return with_problems_html(html, self.problems)
 
     def write_html(self, path: str | Path) -> Path:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(self.to_html(full_page=True), encoding="utf-8")
-        return target
+        """Write the self-contained HTML report to `path` as `to_json` writes; returns the
+        path written (``~`` expanded)."""
+        from .files import write_text_atomic
+
+        return write_text_atomic(path, self.to_html(full_page=True))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         if cycle or self.record is None:
@@ -144,3 +161,37 @@ class ProfileResult:
         elif self.comparison is not None:
             extra = f", vs {self.comparison.baseline}: {self.comparison.verdict}"
         return f"<ProfileResult {counts}, {record.wall_time:.2f} s{error}{extra}>"
+
+
+def failure_line(stage: str, error: BaseException) -> str:
+    """``<stage> failed: <error>`` in one line (a KeyboardInterrupt reads "interrupted")."""
+    message = " ".join(str(error).split())[:300]
+    kind = type(error).__name__
+    if isinstance(error, KeyboardInterrupt):
+        return f"{stage} failed: interrupted (KeyboardInterrupt)"
+    return f"{stage} failed: {kind}: {message}" if message else f"{stage} failed: {kind}"
+
+
+def with_problems_text(text: str, problems: list[str]) -> str:
+    """The text report with a line per stage of the profiler that failed, at its end."""
+    if not problems:
+        return text
+    lines = "\n".join(f"  {problem}" for problem in problems)
+    return f"{text.rstrip()}\n\nProfiler problems (the rest of the report holds):\n{lines}\n"
+
+
+def with_problems_html(html: str, problems: list[str]) -> str:
+    """The HTML report with a line per stage of the profiler that failed, under its title."""
+    if not problems:
+        return html
+    from html import escape
+
+    items = "".join(f"<li>{escape(problem)}</li>" for problem in problems)
+    block = (
+        '<div class="tfdiag-problems"><p class="err">Profiler problems (the rest of the report '
+        f"holds):</p><ul>{items}</ul></div>"
+    )
+    marker = '<div class="tfdiag">'
+    if marker in html:
+        return html.replace(marker, marker + block, 1)
+    return block + html

@@ -2,15 +2,19 @@
 
 The same session serves ``%%tfprofile``, ``python -m tfdiag_magic profile`` and the
 ``with tfdiag_magic.profile():`` block. Probes are removed in a ``finally`` whatever the code
-did (an exception, a KeyboardInterrupt), and the partial record is still turned into a result.
+did (an exception, a KeyboardInterrupt), with Ctrl-C held off until they are all out, and the
+partial record is still turned into a result. A stage after the run that fails (the record's
+details, the diagnosis) is a line of the result's `problems`, never an error of the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import platform
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from time import perf_counter
 from types import ModuleType, TracebackType
@@ -67,6 +71,7 @@ class Session:
         self.result = ProfileResult(label=label)
         self._probes: list[Probe] = []
         self._rec: Recorder | None = None
+        self._partial_record: Record | None = None  # kept if building the record fails
 
     def __enter__(self) -> ProfileResult:
         return self.start()
@@ -87,8 +92,8 @@ class Session:
         rec.loops = list(self.loops)
         rec.read_losses = read_losses
         rec.t0_wall = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-        active.claim(rec)
         try:
+            active.claim(rec)  # in the try: an interrupt right after it must release it
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
             self._facts = _environment_facts(tf, gpus)
             self._facts["namespace_modules"] = _namespace_modules(self.namespace)
@@ -115,11 +120,19 @@ class Session:
                 probe.install(rec)
                 self._probes.append(probe)
         except BaseException:
-            self._remove_probes()
-            active.release(rec)
+            with interrupts_deferred():
+                try:
+                    self._remove_probes()
+                finally:
+                    active.release(rec)
             raise
         self._rec = rec
         return self.result
+
+    @property
+    def running(self) -> bool:
+        """Whether the session has started and not stopped (its probes are installed)."""
+        return self._rec is not None
 
     @property
     def recorder(self) -> Recorder | None:
@@ -134,26 +147,65 @@ class Session:
         self._rec.on_sample = callback
 
     def stop(self, exc: BaseException | None = None) -> ProfileResult:
-        """Remove every probe and build the record; `exc` is what ended the code, if anything."""
+        """Remove every probe and build the record; `exc` is what ended the code, if anything.
+
+        Never raises once the session has started: whatever fails here (an error or a
+        KeyboardInterrupt in a stage after the run) is a line of `result.problems`, and the
+        result always gets a record, the partial one at worst.
+        """
         __tracebackhide__ = True
         rec = self._rec
         if rec is None:
             raise RuntimeError("the session was stopped without being started")
         self._rec = None
+        result = self.result
         try:
-            if exc is not None:
-                rec.set_error(exc)
-        finally:
-            try:
-                self._remove_probes()
-            finally:
-                active.release(rec)
-        record = self._build_record(rec)
-        self.result.record = record
+            # Held off: an interrupt half-way would leave patches installed and the recorder
+            # claimed, and every later run would be refused.
+            with interrupts_deferred():
+                try:
+                    if exc is not None:
+                        self._stage("error details", rec.set_error, exc)
+                finally:
+                    try:
+                        self._stage("probe removal", self._remove_probes)
+                    finally:
+                        active.release(rec)
+        except BaseException as error:  # the Ctrl-C held off above, delivered now
+            result.add_problem("probe removal", error)
+        record = self._stage("record", self._build_record, rec)
+        if record is None:
+            record = self._fallback_record(rec)
+        result.record = record
         from .diagnose import diagnose
 
-        self.result.findings = diagnose(record)
-        return self.result
+        result.findings = self._stage("diagnosis", diagnose, record) or []
+        return result
+
+    def _stage(self, name: str, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)`, or None with a line in the result's problems when it fails."""
+        try:
+            return function(*args)
+        except BaseException as error:  # also an interrupt: the run itself is over
+            self.result.add_problem(name, error)
+            return None
+
+    def _fallback_record(self, rec: Recorder) -> Record:
+        """The record when building it failed: what `_build_record` had made, else what the
+        recorder still holds about the run (its error, the time it took)."""
+        record = self._partial_record
+        if record is None:
+            record = Record(
+                error=rec.error,
+                wall_time=perf_counter() - rec.t0,
+                loops=list(rec.loops),
+            )
+        record.started_at = rec.t0_wall
+        record.source = self.source
+        if not record.facts:
+            record.facts = dict(getattr(self, "_facts", {}))
+        rec.functions.clear()  # as _build_record does: no reference to the user's functions
+        return record
 
     def _remove_probes(self) -> None:
         errors: list[BaseException] = []
@@ -168,6 +220,7 @@ class Session:
 
     def _build_record(self, rec: Recorder) -> Record:
         record = rec.finish()
+        self._partial_record = record  # what a failure below still leaves to report
         record.started_at = rec.t0_wall
         record.source = self.source
         record.traces = list(rec.traces)
@@ -187,6 +240,34 @@ class Session:
         _attribute_events(record)
         _spread_over_fused_groups(record, rec.fused_groups)
         rec.functions.clear()  # drop the references to the user's tf.function objects
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold off Ctrl-C (SIGINT) inside the block; one that came is delivered at its end.
+
+    Only on the main thread (where Python delivers signals) and when SIGINT has a Python
+    handler (IPython's, ipykernel's or Python's default one).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            previous(signal.SIGINT, None)
+
+
         return record
 
 
@@ -275,8 +356,10 @@ def _conversion_cost(record: Record) -> float | None:
 
         array = np.ones(max(int(np.median(fed)) // 4, 1), dtype=np.float32)
         tf.convert_to_tensor(array)  # the first conversion pays for set-up
-        times = []
-        for _ in range(5):
+        times: list[float] = []
+        begun = perf_counter()
+        # Up to 5 repeats within CONVERSION_BUDGET: a huge batch is timed once, not 5 times.
+        while len(times) < 5 and (not times or perf_counter() - begun < CONVERSION_BUDGET):
             start = perf_counter()
             tf.convert_to_tensor(array).numpy()
             times.append(perf_counter() - start)

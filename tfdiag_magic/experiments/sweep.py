@@ -3,7 +3,11 @@
 `run_sweep` calls the magic's ``run_one(value)`` for each value in turn. A run that raises an
 Exception (an OOM at the largest batch, any error) is a failed row and the sweep goes on; a
 KeyboardInterrupt (or another BaseException) ends the sweep with the rows it has, and the caller
-re-raises it after showing them. ``gc.collect()`` runs between runs.
+re-raises it after showing them. ``gc.collect()`` runs between runs. A failed run keeps its
+error as text (type, message, formatted traceback); the exception's traceback is dropped before
+the next run, so the frames holding the failed run's model and batches are freed before the next
+value allocates (a smaller value after an out-of-memory run must not run out as well). Only the
+last run's traceback is kept, for the caller to raise it again when no value completed.
 
 The recommendation is the fastest value whose run completed: by samples per second in steady
 state when every completed run knows its batch size, else by the cell's wall time (steps per
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import json
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -57,6 +62,7 @@ class SweepRun:
     result: ProfileResult
     headline: Headline
     status: str  # "ok", "failed" (an exception) or "interrupted"
+    traceback: str = ""  # the formatted traceback of a run that did not complete
 
     @property
     def label(self) -> str:
@@ -129,6 +135,7 @@ class Sweep:
     runs: list[SweepRun] = field(default_factory=list)
     interrupted: bool = False
     overridden_lines: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # the profiler's own failures between runs
 
     @property
     def variable(self) -> str:
@@ -197,10 +204,14 @@ def run_sweep(
     """Run every value; returns the sweep and the interruption that ended it early, if any."""
     sweep = Sweep(spec=spec, overridden_lines=list(overridden_lines or []))
     stop: BaseException | None = None
+    failure: BaseException | None = None  # the previous run's error, traceback still on
     for index, value in enumerate(spec.values):
-        if index:
-            gc.collect()  # the previous run's model and tensors, before the next one allocates
         try:
+            if index:
+                if failure is not None:
+                    drop_traceback(failure)
+                    failure = None
+                gc.collect()  # the previous run's model and tensors, before the next allocates
             result, error = run_one(value)
         except Exception:
             raise  # not the cell's error (the run returns those): a fault of the profiler
@@ -212,18 +223,84 @@ def run_sweep(
             status = "ok"
         elif isinstance(error, Exception):
             status = "failed"
+            failure = error
         else:
             status = "interrupted"
-        run = SweepRun(value, result, headline_of(result._need_record(), result.findings), status)
-        sweep.runs.append(run)
-        if on_run is not None:
-            on_run(run, index)
+        try:
+            run = SweepRun(value, result, _headline(sweep, result), status, error_text(error))
+            sweep.runs.append(run)
+            if on_run is not None:
+                on_run(run, index)
+        except Exception as exc:  # a row or progress line that fails: the sweep goes on
+            sweep.problems.append(f"sweep row of {value_label(value)} failed: {_line(exc)}")
+        except BaseException as exc:  # an interrupt between runs ends the sweep, as in one
+            sweep.interrupted = True
+            stop = exc
+            break
         if status == "interrupted":
             sweep.interrupted = True
             stop = error
             break
     gc.collect()
     return sweep, stop
+
+
+def _headline(sweep: Sweep, result: ProfileResult) -> Headline:
+    try:
+        return headline_of(result._need_record(), result.findings)
+    except Exception as exc:  # the row still says how the run ended
+        sweep.problems.append(f"sweep headline failed: {_line(exc)}")
+        record = result.record
+        error = record.error if record is not None else None
+        return Headline(
+            phase=None,
+            kind=None,
+            steps=0,
+            step_time=None,
+            step_interval=None,
+            batch_size=None,
+            throughput=None,
+            throughput_unit="",
+            compute_share=None,
+            data_wait_share=None,
+            other_share=None,
+            peak_host=None,
+            host_added=None,
+            peak_device=None,
+            wall_time=record.wall_time if record is not None else 0.0,
+            failed=error is not None,
+            error=f"{error.type}: {error.message}" if error is not None else None,
+            error_type=error.type if error is not None else None,
+        )
+
+
+def _line(error: BaseException) -> str:
+    message = " ".join(str(error).split())[:300]
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def error_text(error: BaseException | None) -> str:
+    """The formatted traceback of `error` (with its causes), as Python would print it."""
+    if error is None:
+        return ""
+    try:
+        return "".join(traceback.format_exception(error))
+    except Exception:  # an exception whose str() fails: its type is still worth keeping
+        return type(error).__name__
+
+
+def drop_traceback(error: BaseException) -> None:
+    """Free the frames `error` holds (and those of its causes and contexts): their locals are
+    the failed run's model, batches and tensors. The error's type and message stay."""
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
 
 
 def recommend(sweep: Sweep) -> Recommendation | None:

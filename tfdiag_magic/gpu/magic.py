@@ -14,7 +14,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from .watch import DEFAULT_INTERVAL
+from .watch import DEFAULT_INTERVAL, MIN_INTERVAL
 
 
 def in_notebook(shell: Any) -> bool:
@@ -92,8 +92,11 @@ class GPUMagics(Magics):
         ):
             raise UsageError(f"-o needs a valid variable name; got {args.output!r}")
         if args.watch is not None:
-            if not args.watch > 0:
-                raise UsageError(f"--watch needs a positive number of seconds; got {args.watch:g}")
+            if not args.watch >= MIN_INTERVAL:
+                raise UsageError(
+                    f"--watch needs an interval of at least {MIN_INTERVAL:g} seconds; "
+                    f"got {args.watch:g}"
+                )
             return self._watch(args.watch)
         if args.stop:
             return self._stop()

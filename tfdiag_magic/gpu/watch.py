@@ -22,6 +22,12 @@ from .nvml_facts import init_failure_reason, nvml_error_text
 
 THREAD_NAME = "tfdiag-gpu-watch"
 DEFAULT_INTERVAL = 1.0
+# Below this, sampling (psutil and NVML queries, a widget message per sample) would take a
+# CPU core of its own and flood the frontend.
+MIN_INTERVAL = 0.05
+# Seconds `stop` waits for the sampling thread: a sample takes milliseconds, but an NVML call
+# that hangs must not hang the cell (or the kernel's shutdown) that stops the watch.
+JOIN_TIMEOUT = 2.0
 SPARK = "▁▂▃▄▅▆▇█"
 HISTORY_SHOWN = 40
 
@@ -67,8 +73,10 @@ class GPUWatch:
         keep: int = 3600,
         on_sample: Callable[[GPUWatch, Sample], None] | None = None,
     ) -> None:
-        if interval <= 0:
-            raise ValueError("the watch interval must be a positive number of seconds")
+        if not interval >= MIN_INTERVAL:
+            raise ValueError(
+                f"the watch interval must be at least {MIN_INTERVAL:g} seconds; got {interval:g}"
+            )
         self.interval = float(interval)
         self.samples: deque[Sample] = deque(maxlen=keep)
         self.on_sample = on_sample
@@ -172,11 +180,16 @@ class GPUWatch:
         return sample
 
     def stop(self) -> None:
-        """Stop sampling and join the thread; calling it again does nothing."""
+        """Stop sampling and join the thread (at most JOIN_TIMEOUT seconds); calling it again
+        does nothing."""
         thread = self._thread
         if thread is not None:
             self._stop.set()
-            thread.join()
+            thread.join(timeout=JOIN_TIMEOUT)
+            if thread.is_alive():
+                # Stuck in a driver call: NVML stays initialised under it (shutting it down
+                # under a running query is undefined); the daemon thread ends after that call.
+                return
         self._close_nvml()
 
     # -- views -----------------------------------------------------------------------------

@@ -33,6 +33,9 @@ LOOP = PHASES.index("loop")
 RATE_WINDOW = 3.0  # seconds of recent steps the current steps/s is measured over
 QUIET_NOTE = 1.0  # seconds without a step end after which the view says so
 SPARK_WIDTH, SPARK_HEIGHT = 320, 56
+# Seconds `detach`/`close` wait for the ticker: a redraw takes milliseconds; the run's end (and
+# its report) must not wait on a widget message that hangs.
+TICKER_JOIN_TIMEOUT = 1.0
 STYLE = (
     ".tfdiag-live{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:12px}"
     ".tfdiag-live table{border-collapse:collapse}.tfdiag-live td{padding:1px 10px 1px 0}"
@@ -122,8 +125,10 @@ class LiveView:
 
     def close(self) -> None:
         self.enabled = False
-        self._stop_ticker()
-        self.widget.close()
+        try:
+            self._stop_ticker()
+        finally:
+            self.widget.close()
 
     # -- updates -------------------------------------------------------------------------------
 
@@ -172,8 +177,9 @@ class LiveView:
     def _stop_ticker(self) -> None:
         self._stop.set()
         ticker, self._ticker = self._ticker, None
-        if ticker is not None and ticker is not threading.current_thread():
-            ticker.join(timeout=5.0)
+        # Not alive: never started (an interrupt inside `attach`), or already ended.
+        if ticker is not None and ticker.is_alive() and ticker is not threading.current_thread():
+            ticker.join(timeout=TICKER_JOIN_TIMEOUT)
 
     def _redraw(self, rec: Any, now: float, progress: tuple[int, int] | None) -> None:
         """Redraw; an error switches the view off instead of reaching the run."""

@@ -187,11 +187,6 @@ def test_nonfinite_loss_hand_written_cross_entropy_in_a_custom_loop(tab):
     assert f.evidence["training_steps"] == 40
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the loss column holds NaN both for a NaN loss and for a step that returned none: "
-    "a loss NaN from the very first step needs the recorder to tell the two apart",
-)
 def test_nonfinite_loss_from_the_very_first_step(tab):
     # A ReLU output fed to log(): log(0) on the first batch already.
     result, r = profiled(
@@ -229,6 +224,92 @@ def test_no_nonfinite_loss_when_steps_return_no_loss(tab):
     assert r.record.phase_counts()["train"] == 32
     assert_silent(r, "nonfinite-loss")
     assert not problems(r), listing(r)
+
+
+# keras-io's GAN: a Model whose train_step returns d_loss and g_loss, no "loss" key.
+GAN_CELL = """
+class GAN(keras.Model):
+    def __init__(self, discriminator, generator):
+        super().__init__()
+        self.discriminator, self.generator = discriminator, generator
+        self.seed_generator = keras.random.SeedGenerator(1337)
+
+    def compile(self, d_optimizer, g_optimizer, loss_fn):
+        super().compile()
+        self.d_optimizer, self.g_optimizer, self.loss_fn = d_optimizer, g_optimizer, loss_fn
+
+    def train_step(self, real):
+        n = tf.shape(real)[0]
+        z = keras.random.normal((n, 4), seed=self.seed_generator)
+        both = tf.concat([self.generator(z), real], axis=0)
+        labels = tf.concat([tf.ones((n, 1)), tf.zeros((n, 1))], axis=0)
+        with tf.GradientTape() as tape:
+            d_loss = self.loss_fn(labels, self.discriminator(both))
+        grads = tape.gradient(d_loss, self.discriminator.trainable_weights)
+        self.d_optimizer.apply_gradients(zip(grads, self.discriminator.trainable_weights))
+        z = keras.random.normal((n, 4), seed=self.seed_generator)
+        with tf.GradientTape() as tape:
+            g_loss = self.loss_fn(tf.zeros((n, 1)), self.discriminator(self.generator(z)))
+        grads = tape.gradient(g_loss, self.generator.trainable_weights)
+        self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_weights))
+        return {"d_loss": d_loss, "g_loss": g_loss}
+
+gan = GAN(keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, activation="relu"),
+                            keras.layers.Dense(1)]),
+          keras.Sequential([keras.Input((4,)), keras.layers.Dense(16)]))
+gan.compile(d_optimizer=keras.optimizers.Adam(1e-3), g_optimizer=keras.optimizers.Adam(1e-3),
+            loss_fn=keras.losses.BinaryCrossentropy(from_logits=True))
+"""
+
+
+def test_no_nonfinite_loss_for_a_gan_fit_after_a_fit_that_reported_a_loss(tab):
+    # The issue's script: a classifier fit (losses reported), then a GAN fit whose steps report
+    # d_loss and g_loss. Its steps have no loss, which is no NaN loss.
+    tab.run_cell(GAN_CELL)
+    result, r = profiled(
+        tab,
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "model.fit(x, y, batch_size=64, epochs=1, verbose=0)\n"
+        "history = gan.fit(tf.data.Dataset.from_tensor_slices(x).batch(64), epochs=2,"
+        " verbose=0)\n",
+    )
+    assert result.success
+    history = tab.user_ns["history"].history
+    assert np.isfinite(history["d_loss"]).all() and np.isfinite(history["g_loss"]).all()
+    steps = r.steps[r.steps["phase"] == "train"]
+    assert len(steps) == 32 + 2 * 32
+    assert not steps["no_loss"][:32].any() and np.isfinite(steps["loss"][:32]).all()
+    assert steps["no_loss"][32:].all() and steps["loss"][32:].isna().all()
+    assert_silent(r, "nonfinite-loss")
+
+
+def test_nonfinite_loss_found_after_gan_steps_that_reported_no_loss(tab):
+    # Steps without a loss before and after do not hide a real NaN (log of a negative number).
+    tab.run_cell(GAN_CELL)
+    result, r = profiled(
+        tab,
+        "gan.fit(tf.data.Dataset.from_tensor_slices(x).batch(64), epochs=1, verbose=0)\n"
+        "@tf.function\n"
+        "def log_step(xb, yb):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        out = model(xb, training=True)[:, 0]\n"
+        "        loss = tf.reduce_mean(tf.math.log(out - 1e3))  # log of a negative number\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+        "for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64).take(5):\n"
+        "    log_step(xb, yb)\n"
+        "gan.fit(tf.data.Dataset.from_tensor_slices(x).batch(64), epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "nonfinite-loss")
+    ev = f.evidence
+    assert ev["first_step"] == 32  # the first step of log_step, after the GAN's 32
+    assert ev["loss_at_first_step"] == "nan"
+    assert ev["nonfinite_steps"] == 5
+    assert ev["steps_without_loss"] == 64
+    assert ev["training_steps"] == 69
+    assert "64 steps reported no loss" in f.detail
 
 
 # -- device-config-too-late -----------------------------------------------------------------

@@ -326,6 +326,33 @@ def test_loss_that_cannot_be_read_as_a_float_leaves_nan_without_error():
     record = rec.finish()
     assert np.isnan(record.steps["loss"][0])
     assert record.steps["loss"][1] == pytest.approx(0.25)
+    # Unreadable is no loss, not a NaN loss.
+    assert record.steps["no_loss"].tolist() == [True, False]
+
+
+def test_no_loss_is_flagged_apart_from_a_nan_loss_the_step_reported():
+    rec = Recorder()
+    _add(rec, "train", 0.0, 0.1)  # returned no loss
+    _add(rec, "train", 0.1, 0.2, loss=math.nan)  # a Python NaN the code computed
+    _add(rec, "train", 0.2, 0.3, loss=tf.constant(math.nan))  # a NaN tensor, read later
+    _add(rec, "train", 0.3, 0.4, loss=tf.constant(math.inf))
+    _add(rec, "train", 0.4, 0.5, loss=tf.constant(0.5))
+    record = rec.finish()
+    assert record.steps["no_loss"].tolist() == [True, False, False, False, False]
+    assert np.isnan(record.steps["loss"][:3]).all()
+    assert record.steps["loss"][3] == np.inf and record.steps["loss"][4] == 0.5
+    frame = record.to_dataframe()
+    assert frame["no_loss"].tolist() == [True, False, False, False, False]
+
+
+def test_fused_call_reports_its_loss_on_its_last_row_and_no_loss_on_the_others():
+    rec = Recorder()
+    _add(rec, "train", 0.0, 0.4, kind="keras", loss=tf.constant(0.3), fused=4)
+    _add(rec, "train", 0.4, 0.8, kind="keras", fused=4)  # a call without a loss
+    record = rec.finish()
+    assert record.steps["no_loss"].tolist() == [True, True, True, False] + [True] * 4
+    assert record.steps["loss"][3] == pytest.approx(0.3)
+    assert np.isnan(record.steps["loss"][[0, 1, 2, 4, 5, 6, 7]]).all()
 
 
 # -- fused steps -----------------------------------------------------------------------------

@@ -27,7 +27,14 @@ STEP_COLUMNS: dict[str, type] = {
     "phase": np.uint8,  # index into PHASES
     "kind": np.uint8,  # index into KINDS
     "epoch": np.int32,  # Keras epoch, or the outer loop's iteration for nested custom loops; -1
-    "loss": np.float32,  # loss as reported by the step; NaN where none was available
+    # The loss the step reported, NaN and Inf included; NaN also where `no_loss` is set.
+    "loss": np.float32,
+    # The step reported no loss: it returned none (a step function returning nothing, a
+    # Keras `train_step` whose logs have no "loss" key, a GAN's d_loss/g_loss), it was an inner
+    # step of a fused call (the call's loss is on its last row), or the value could not be read
+    # as a number. Where it is False, a NaN in `loss` is a NaN the user's code computed.
+    # (Named for its absence so that a record built by hand with zeros reads as reported.)
+    "no_loss": np.bool_,
     "eager": np.bool_,  # the step ran eagerly (no graph)
     "fused": np.uint16,  # steps that shared one host call (Keras steps_per_execution); 1 otherwise
     "loop": np.int16,  # id of the innermost loop of the cell this step ran in; -1 for none

@@ -39,9 +39,11 @@ ROW_FIELDS = (
     "callback_time",
     "host_bytes",
     "batch",
+    "no_loss",
 )
 WIDTH = len(ROW_FIELDS)
 _LOSS = ROW_FIELDS.index("loss")
+_NO_LOSS = ROW_FIELDS.index("no_loss")
 _DURATION = ROW_FIELDS.index("duration")
 _LOOP_KIND = KINDS.index("loop")
 _LOOP_PHASE = PHASES.index("loop")
@@ -105,7 +107,8 @@ class Recorder:
         self._loss_rows: list[int] = []
         self._loss_values: list[Any] = []
         self._settle_by = LOSS_BATCH - 1  # the row at which waiting losses are read at the latest
-        self.read_losses: Callable[[list[Any]], list[float]] = _read_each
+        # Reads many values at once; None for a value that is no number (see `_read_each`).
+        self.read_losses: Callable[[list[Any]], list[float | None]] = _read_each
         # Memory samples, taken from the hot path at most every memory_interval seconds.
         self._next_memory = 0.0
         self.mem_time = array("d")
@@ -167,12 +170,13 @@ class Recorder:
                         self.loops_with_steps.add(state.loop_id)
             else:
                 loop_id = -1
+        # "No loss" is its own flag, never a NaN: a NaN loss is a finding, a missing one is not.
         if loss is None:
-            number = NAN
+            number, missing = NAN, 1.0
         elif isinstance(loss, (float, int)):
-            number = loss
-        else:
-            number = NAN
+            number, missing = loss, 0.0
+        else:  # a device value, read later; `settle_losses` flags it if it cannot be read
+            number, missing = NAN, 0.0
         t0 = self.t0
         if fused == 1:
             self._rows.extend(
@@ -190,6 +194,7 @@ class Recorder:
                     0.0,
                     host_bytes,
                     batch,
+                    missing,
                 )
             )
         else:
@@ -212,11 +217,13 @@ class Recorder:
                         0.0,
                         host_bytes if i == 0 else 0.0,
                         batch,
+                        missing if i == fused - 1 else 1.0,  # the call's loss is on its last row
                     )
                 )
         index = self.count + fused - 1
         self.count = index + 1
-        if number != number and loss is not None:  # a device value: read it later, in a batch
+        if number != number and not missing and not isinstance(loss, float):
+            # A device value: read it later, in a batch (a Python NaN is read already).
             self._loss_rows.append(index)
             self._loss_values.append(loss)
             if index >= self._settle_by:  # LOSS_BATCH rows since the last read
@@ -275,7 +282,8 @@ class Recorder:
         return wait
 
     def settle_losses(self, keep_newest: bool = False) -> None:
-        """Read the losses waiting to be read into the loss column (NaN where unreadable).
+        """Read the losses waiting to be read into the loss column; a value that cannot be
+        read as a number is no loss (`no_loss` set), not a NaN one.
 
         With `keep_newest`, the loss of the step that just ended stays queued: on a GPU that
         step may still be running, and reading its loss now would wait for it.
@@ -298,7 +306,10 @@ class Recorder:
             numbers = _read_each(values)
         buffer = self._rows
         for row, number in zip(rows, numbers, strict=False):
-            buffer[row * WIDTH + _LOSS] = number
+            if number is None:
+                buffer[row * WIDTH + _NO_LOSS] = 1.0
+            else:
+                buffer[row * WIDTH + _LOSS] = number
 
     # -- loops ---------------------------------------------------------------------------------
 
@@ -497,13 +508,13 @@ def _caused_by(exc: BaseException, origin: BaseException) -> bool:
     return False
 
 
-def _read_each(values: list[Any]) -> list[float]:
-    numbers = []
+def _read_each(values: list[Any]) -> list[float | None]:
+    numbers: list[float | None] = []
     for value in values:
         try:
             numbers.append(float(value))
         except Exception:  # a non-scalar, or a value that cannot be read: no loss
-            numbers.append(NAN)
+            numbers.append(None)
     return numbers
 
 

@@ -33,48 +33,53 @@ stop early with `keras.callbacks.TerminateOnNaN()`. `tf.debugging.enable_check_n
 finds the first op that makes a NaN (slow: for debugging only).
 
 ## Threshold
-Any infinite loss in a training step; a NaN loss from a step after a finite one, when every
-later step (at least three, and two fused Keras calls) is NaN too. Keras reports an epoch's
-running mean, which stays NaN once one batch was NaN, so the first such step is where it
-began. The run's loss column also holds NaN where no loss was read (a step that returns
-none, a Keras `train_step` that returns other names, the inner steps of a fused call), so a
-loss that is NaN from the very first step cannot be told from a missing one and is not
-reported.
+Any NaN or infinite loss that a training step reported. Only losses the code produced count:
+a step that reported no loss (a step function returning nothing, a Keras `train_step` whose
+logs have other names, such as a GAN's `d_loss` and `g_loss`, the inner steps of a fused
+call, a value that is no number) is recorded as "no loss" (the record's `no_loss` column), never
+as NaN, and is left out. Keras reports an epoch's running mean, which stays NaN once one batch
+was NaN, so the first such step is where it began.
 """
-
-
-MIN_TRAILING = 3
 
 
 def check(record: Record, source: str | None) -> Finding | None:
     del source
-    rows = training_rows(record)
+    training = training_rows(record)
+    # Steps that reported no loss are left out: a missing loss is no NaN loss.
+    rows = training[~record.steps["no_loss"][training]]
     losses = record.steps["loss"][rows].astype(np.float64)
-    bad = _nonfinite_from(losses, int(record.steps["fused"][rows].max()) if rows.size else 1)
-    if bad is None:
+    first = _first_nonfinite(losses)
+    if first is None:
         return None
-    first = bad
     bad = np.flatnonzero(~np.isfinite(losses[first:])) + first
     before = losses[:first][np.isfinite(losses[:first])]
+    step = int(np.searchsorted(training, rows[first]))  # its index among all training steps
     evidence = {
-        "first_step": first,
+        "first_step": step,
         "loss_at_first_step": str(losses[first]),
         "last_finite_loss": rounded(float(before[-1])) if before.size else None,
         "losses_before": [rounded(float(v)) for v in before[-5:]],
         "nonfinite_steps": int(bad.size),
-        "training_steps": int(rows.size),
+        "training_steps": int(training.size),
+        "steps_without_loss": int(training.size - rows.size),
     }
     trend = ""
     if before.size >= 3 and before[-1] > 10 * max(abs(before[0]), 1e-12):
         trend = " The loss was rising steeply before it: the learning rate is a likely cause."
+    unreported = (
+        f" ({training.size - rows.size} steps reported no loss and are not counted)"
+        if rows.size < training.size
+        else ""
+    )
     return Finding(
         code=CODE,
         severity="warning",
-        title=f"The loss became {losses[first]} at training step {first}",
+        title=f"The loss became {losses[first]} at training step {step}",
         detail=(
-            f"Training step {first} reported a loss of {losses[first]}"
+            f"Training step {step} reported a loss of {losses[first]}"
             + (f" after {before[-1]:.4g}" if before.size else "")
-            + f"; {bad.size} of {rows.size} steps had no finite loss.{trend}"
+            + f"; {bad.size} of {rows.size} steps that reported a loss had no finite"
+            f" loss{unreported}.{trend}"
         ),
         fix="Lower the learning rate or clip gradients (`clipnorm=1.0`), check the data for"
         " NaN, and stop early with `keras.callbacks.TerminateOnNaN()`.",
@@ -82,21 +87,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     )
 
 
-def _nonfinite_from(losses: np.ndarray, fused: int) -> int | None:
-    """The first step of the run's non-finite losses, or None.
-
-    NaN is also what the loss column holds where no loss was read (a step returning no loss,
-    the inner steps of a fused Keras call), so a NaN counts only as the tail of a run that
-    had finite losses: every step after the last finite one, at least a few of them. An
-    infinite loss always counts.
-    """
-    infinite = np.flatnonzero(np.isinf(losses))
-    if infinite.size:
-        return int(infinite[0])
-    finite = np.flatnonzero(np.isfinite(losses))
-    if finite.size == 0:
-        return None
-    tail = losses.size - 1 - int(finite[-1])
-    if tail >= max(MIN_TRAILING, 2 * fused):
-        return int(finite[-1]) + 1
-    return None
+def _first_nonfinite(losses: np.ndarray) -> int | None:
+    """The index of the first reported loss that is NaN or infinite, or None."""
+    nonfinite = np.flatnonzero(~np.isfinite(losses))
+    return int(nonfinite[0]) if nonfinite.size else None

@@ -31,13 +31,15 @@ def _cell(name: str, value: object) -> str:
         return PHASES[int(value)]  # type: ignore[arg-type]
     if name == "kind":
         return KINDS[int(value)]  # type: ignore[arg-type]
-    if name in _SECONDS or name == "loss":
+    if name == "loss":  # reported: NaN and Inf are the loss's own values
+        return f"{float(value):.5g}"  # type: ignore[arg-type]
+    if name in _SECONDS:
         number = float(value)  # type: ignore[arg-type]
         if math.isnan(number):
             return "–"
         if name == "start":
             return f"{number:.4f}"
-        return f"{number * 1e3:.3f}" if name in _SECONDS else f"{number:.5g}"
+        return f"{number * 1e3:.3f}"
     if name == "traced":
         return "yes" if value else ""
     return str(value)
@@ -51,10 +53,15 @@ def table_html(record: Record, rows: np.ndarray, caption: str = "") -> str:
         f"{' (s)' if name == 'start' else ''}</th>"
         for name in TABLE_COLUMNS
     )
+    no_loss = steps.get("no_loss")
     body = []
     for row in rows:
+        # A step that reported no loss shows a dash; a NaN loss the code computed shows "nan".
+        missing = bool(no_loss[row]) if no_loss is not None else False
         cells = "".join(
-            f"<td>{escape(_cell(name, steps[name][row]))}</td>" for name in TABLE_COLUMNS
+            f"<td>{escape('–' if name == 'loss' and missing else _cell(name, steps[name][row]))}"
+            "</td>"
+            for name in TABLE_COLUMNS
         )
         body.append(f"<tr><td>{int(row)}</td>{cells}</tr>")
     cap = f"<caption>{escape(caption)}</caption>" if caption else ""

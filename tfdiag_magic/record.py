@@ -114,9 +114,15 @@ class KerasCall:
     data: str  # what the data argument was: "numpy", "tensor", "dataset", "generator", ...
     dense_layers: int = 0  # Dense/Conv/attention-style layers of the model (Tensor Core work)
     layers: int = 0
-    data_time: float = float("nan")  # seconds a Python generator took to make the batches
-    data_items: int = 0  # batches the generator made
-    data_alone: float = float("nan")  # seconds per batch of the dataset iterated alone, after
+    data_time: float = float("nan")  # seconds a generator / PyDataset took to make the batches
+    data_items: int = 0  # batches the generator or PyDataset made
+    data_workers: int = 1  # threads a PyDataset's batches were made on (its `workers`)
+    # fit on tf.data: seconds the training steps' GetNext calls blocked, measured in-run from
+    # the iterator's autotune model over `input_span` seconds of training cycles that consumed
+    # `input_elements` elements (NaN: not measured)
+    input_wait: float = float("nan")
+    input_span: float = 0.0
+    input_elements: int = 0
 
 
 @dataclass

@@ -230,9 +230,6 @@ class Session:
             record.nvml = self._nvml.table()
         facts = dict(self._facts)
         facts["nvml"] = self._nvml.status if self._nvml is not None else "off"
-        for index, dataset in self._keras_probe.datasets:
-            record.keras_calls[index].data_alone = _time_dataset_alone(dataset)
-        self._keras_probe.datasets.clear()
         conversion = _conversion_cost(record)
         if conversion is not None:
             facts["host_conversion_s"] = conversion
@@ -312,34 +309,6 @@ def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
         "gpu": _gpu_facts(tf),
         "threads": threading.active_count(),
     }
-
-
-DATASET_TIMING_SECONDS = 1.0
-
-
-def _time_dataset_alone(dataset: Any) -> float:
-    """Seconds per batch the dataset takes to produce batches on its own, after the run.
-
-    The first batch (iterator start, shuffle buffer fill) is not counted; the timing stops
-    after DATASET_TIMING_SECONDS or 50 batches, and NaN means it could not be measured.
-    """
-    try:
-        iterator = iter(dataset)
-        next(iterator)
-    except Exception:
-        return float("nan")
-    start = perf_counter()
-    count = 0
-    try:
-        while count < 50 and perf_counter() - start < DATASET_TIMING_SECONDS:
-            next(iterator)
-            count += 1
-    except StopIteration:
-        pass
-    except Exception:
-        return float("nan")
-    elapsed = perf_counter() - start
-    return elapsed / count if count else float("nan")
 
 
 def _conversion_cost(record: Record) -> float | None:

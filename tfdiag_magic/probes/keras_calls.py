@@ -20,7 +20,7 @@ from typing import Any
 from ..record import KerasCall
 from ..recorder import KIND, PHASE, Recorder
 from .inputs import batch_size_of, data_kind, inspect_inputs
-from .patching import Patcher, defining_class
+from .patching import Patcher, defining_class, wraps_exactly
 
 _DRIVERS = ("fit", "evaluate", "predict")
 _ON_BATCH = {"train_on_batch": "train", "test_on_batch": "eval", "predict_on_batch": "predict"}
@@ -65,6 +65,178 @@ class GeneratorTimer:
             yield item
 
 
+class ItemTimer:
+    """Times the `__getitem__` of one `keras.utils.PyDataset` (or `Sequence`) given to
+    fit/evaluate/predict: the seconds it takes to make each batch, on whichever thread Keras
+    asks for it (its enqueuer's worker threads when ``workers > 1``). Only Keras' own calls
+    are timed; nothing calls `__getitem__` an extra time."""
+
+    def __init__(self, target: Any, workers: int) -> None:
+        self._target = target
+        self.workers = max(int(workers), 1)
+        self.seconds = 0.0
+        self.items = 0
+        self._lock = threading.Lock()
+
+    def wrap(self, original: Any) -> Any:
+        timer = self
+
+        def __getitem__(self: Any, index: Any) -> Any:  # noqa: N807 (the name Python looks up)
+            __tracebackhide__ = True
+            if self is not timer._target:
+                return original(self, index)
+            before = perf_counter()
+            try:
+                return original(self, index)
+            finally:
+                elapsed = perf_counter() - before
+                with timer._lock:
+                    timer.seconds += elapsed
+                    timer.items += 1
+
+        return wraps_exactly(__getitem__, original)
+
+    def release(self) -> None:
+        self._target = None
+
+
+def _pydataset_timer(data: Any, patcher: Patcher) -> ItemTimer | None:
+    """Time `data`'s `__getitem__` on its class (Python looks dunder methods up on the type),
+    for this call only; None when `data` is no PyDataset or Keras makes its batches in other
+    processes, where a patch made here does not reach."""
+    try:
+        from keras.utils import PyDataset
+
+        if not isinstance(data, PyDataset) or bool(getattr(data, "use_multiprocessing", False)):
+            return None
+        cls = type(data)
+        timer = ItemTimer(data, getattr(data, "workers", 1) or 1)
+        patcher.replace(cls, "__getitem__", timer.wrap(cls.__getitem__))
+        return timer
+    except Exception:
+        return None
+
+
+# A gap the tf.data model drops (>= 10 s, tensorflow/core/framework/model.cc) would shift the
+# window: a training cycle this long ends a measured segment instead.
+_LONGEST_CYCLE_S = 5.0
+_READ_EVERY = 64  # elements between reads of the model; it keeps the last 100 gaps
+_GAP_WINDOW = 100
+
+
+class InputWaitMeter:
+    """How long `fit`'s steps waited for the next element of their tf.data iterator, measured
+    during the run from the iterator's own autotune model, without taking an element.
+
+    tf.data's root iterator records the gap between consecutive ``GetNext`` calls: the time
+    the consumer spent elsewhere (`tf.data.experimental.get_model_proto(iterator).gap_times`,
+    microseconds, the last 100). A training cycle (from the end of one step to the end of the
+    next) is the gaps of its elements plus the time its ``GetNext`` calls blocked, so the wait
+    is the cycle's length minus its elements' gaps (tracing and callbacks fall in both). The
+    model is read every 64 elements and at the end of each epoch, at a step's end, never while
+    a ``GetNext`` could be running; an iterator's first step is the anchor (its first element
+    has no gap), so the wait for an epoch's first batch is not in this measure.
+    """
+
+    def __init__(self) -> None:
+        self.wait = 0.0  # seconds the measured cycles' GetNext calls blocked
+        self.span = 0.0  # seconds of the measured cycles
+        self.elements = 0  # elements those cycles consumed
+        self.reads = 0
+        self._iterator: Any = None
+        self._owned: Any = None
+        self._anchor: float | None = None
+        self._rows: list[tuple[float, int]] = []
+        self._pending = 0
+        self._consumed = 0
+
+    def begin(self, iterator: Any) -> None:
+        """A training step is about to run on `iterator` (a new one starts a new measure)."""
+        if iterator is self._iterator:
+            return
+        self._iterator = iterator
+        self._owned = _owned_iterator(iterator) if iterator is not None else None
+        self._anchor = None
+        self._rows = []
+        self._pending = 0
+        self._consumed = 0
+
+    def release(self) -> None:
+        """Drop the references to the user's iterator."""
+        self._iterator = self._owned = None
+        self._rows = []
+
+    def step_done(self, end: float, fused: int, last_of_epoch: bool) -> None:
+        if self._owned is None:
+            return
+        self._consumed += fused
+        if self._anchor is None:
+            self._anchor = end
+            return
+        previous = self._rows[-1][0] if self._rows else self._anchor
+        if end - previous >= _LONGEST_CYCLE_S:
+            self._anchor, self._rows, self._pending = end, [], 0
+            return
+        self._rows.append((end, fused))
+        self._pending += fused
+        if self._pending >= _READ_EVERY or last_of_epoch:
+            self._read()
+
+    def _read(self) -> None:
+        import tensorflow as tf
+
+        try:
+            gaps = tf.data.experimental.get_model_proto(self._owned).gap_times
+        except Exception:  # autotune off for this dataset, or an iterator of another kind
+            self._owned = None
+            return
+        self.reads += 1
+        rows, anchor = self._rows, self._anchor
+        expected = min(_GAP_WINDOW, self._consumed - 1)
+        self._anchor, self._rows, self._pending = rows[-1][0], [], 0
+        if len(gaps) < expected:  # a gap was dropped: the window no longer lines up
+            return
+        # Keep the newest rows whose elements all have their gap in the window.
+        count, first = 0, len(rows)
+        while first > 0 and count + rows[first - 1][1] <= len(gaps):
+            first -= 1
+            count += rows[first][1]
+        if count == 0:
+            return
+        start = rows[first - 1][0] if first > 0 else anchor
+        span = rows[-1][0] - start
+        gap = sum(gaps[len(gaps) - count :]) * 1e-6
+        self.wait += span - gap
+        self.span += span
+        self.elements += count
+
+
+def _owned_iterator(iterator: Any) -> Any:
+    """The one `tf.data` iterator that feeds `iterator` (Keras' epoch iterator hands the train
+    function a dataset iterator, or a distributed iterator around one); None if not exactly one."""
+    try:
+        from tensorflow.python.data.ops import iterator_ops
+
+        found: list[Any] = []
+        stack: list[tuple[Any, int]] = [(iterator, 0)]
+        while stack:
+            item, depth = stack.pop()
+            if isinstance(item, iterator_ops.OwnedIterator):
+                found.append(item)
+                continue
+            if depth >= 3:
+                continue
+            for name in ("_iterators", "_iterator"):
+                inner = getattr(item, name, None)
+                if isinstance(inner, (list, tuple)):
+                    stack.extend((each, depth + 1) for each in inner)
+                elif inner is not None:
+                    stack.append((inner, depth + 1))
+        return found[0] if len(found) == 1 else None
+    except Exception:
+        return None
+
+
 class KerasProbe:
     name = "keras"
 
@@ -79,8 +251,9 @@ class KerasProbe:
         self._open: tuple[int, int, float, float] | None = None  # phase, begin batch, start, cb
         self._timed_lists: set[int] = set()
         self._timed_callbacks: list[tuple[Any, str]] = []
-        # Datasets given to fit, kept until the session has timed them alone (see session).
-        self.datasets: list[tuple[int, Any]] = []
+        self._call_patcher = Patcher()  # what one call patched (a PyDataset's __getitem__)
+        self._meter: InputWaitMeter | None = None  # the top-level fit's input wait
+        self._iterator: Any = None  # what Keras' epoch iterator handed out last, during fit
         owner = defining_class(keras.Model, "compile")
         self._patcher.replace(owner, "compile", self._compile(rec, vars(owner)["compile"]))
         for name in _DRIVERS:
@@ -102,12 +275,20 @@ class KerasProbe:
         self._patcher.replace(
             owner, "on_epoch_begin", self._epoch_begin(rec, vars(owner)["on_epoch_begin"])
         )
+        epoch_iterator = _tf_epoch_iterator()
+        if epoch_iterator is not None:
+            owner = defining_class(epoch_iterator, "__next__")
+            self._patcher.replace(owner, "__next__", self._epoch_next(rec, vars(owner)["__next__"]))
 
     def remove(self) -> None:
         try:
             self._untime_callbacks()
         finally:
-            self._patcher.restore()
+            try:
+                self._call_patcher.restore()
+            finally:
+                self._meter, self._iterator = None, None
+                self._patcher.restore()
 
     def _time_callbacks(self, rec: Recorder, callbacks: Any) -> None:
         """Time each callback of a CallbackList that has batch hooks of its own, by class."""
@@ -154,7 +335,8 @@ class KerasProbe:
         start: float,
         first_row: int,
         data: Any,
-        timer: GeneratorTimer | None = None,
+        timer: GeneratorTimer | ItemTimer | None = None,
+        meter: InputWaitMeter | None = None,
     ) -> None:
         end = perf_counter()
         layers = matmul = 0
@@ -180,6 +362,10 @@ class KerasProbe:
                 layers=layers,
                 data_time=timer.seconds if timer is not None else NAN,
                 data_items=timer.items if timer is not None else 0,
+                data_workers=getattr(timer, "workers", 1),
+                input_wait=meter.wait if meter is not None and meter.elements else NAN,
+                input_span=meter.span if meter is not None else 0.0,
+                input_elements=meter.elements if meter is not None else 0,
             )
         )
 
@@ -218,13 +404,17 @@ class KerasProbe:
                 data = args[0] if args else kwargs.get("x")
                 rec.keras_batch = batch_size_of(data, kwargs)
                 first_row, start = rec.count, perf_counter()
-                timer = None
+                timer: GeneratorTimer | ItemTimer | None = None
                 if inspect.isgenerator(data):
                     timer = GeneratorTimer(data)
                     if args:
                         args = (timer.generator(), *args[1:])
                     else:
                         kwargs["x"] = timer.generator()
+                else:
+                    timer = _pydataset_timer(data, probe._call_patcher)
+                meter = InputWaitMeter() if name == "fit" else None
+                probe._meter, probe._iterator = meter, None
             rec.driver_depth += 1
             rec.driver_eager = bool(getattr(model, "run_eagerly", False)) or _functions_eager()
             rec.take_wait()  # what the cell waited for before calling Keras is not a batch's
@@ -237,10 +427,16 @@ class KerasProbe:
             finally:
                 rec.driver_depth -= 1
                 if top:
-                    probe._add_call(rec, name, model, start, first_row, data, timer)
-                    if name == "fit" and data_kind(data) == "dataset" and len(probe.datasets) < 3:
-                        probe.datasets.append((len(rec.keras_calls) - 1, data))
-                    probe._untime_callbacks()
+                    try:
+                        probe._call_patcher.restore()
+                    finally:
+                        if meter is not None:
+                            meter.release()
+                        if isinstance(timer, ItemTimer):
+                            timer.release()
+                        probe._meter, probe._iterator = None, None
+                        probe._add_call(rec, name, model, start, first_row, data, timer, meter)
+                        probe._untime_callbacks()
                 rec.driver_eager, rec.keras_epoch, probe._open, rec.keras_batch = saved
 
         driver.__wrapped__ = original  # type: ignore[attr-defined]
@@ -282,6 +478,7 @@ class KerasProbe:
     def _batch_begin(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         probe = self
         phase = PHASE[phase_name]
+        is_train = phase_name == "train"
 
         def batch_begin(callbacks: Any, batch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
@@ -292,6 +489,9 @@ class KerasProbe:
             if rec.driver_depth and not rec.step_depth and threading.get_ident() == rec.thread_id:
                 after = perf_counter()
                 probe._open = (phase, batch, after, after - before)
+                meter = probe._meter
+                if is_train and meter is not None and rec.driver_depth == 1:
+                    meter.begin(probe._iterator)
             return result
 
         batch_begin.__wrapped__ = original  # type: ignore[attr-defined]
@@ -340,6 +540,13 @@ class KerasProbe:
                 return original(callbacks, batch, logs)
             finally:
                 rec.add_callback_time(row=row, seconds=begin_callbacks + perf_counter() - before)
+                meter = probe._meter
+                if is_train and meter is not None and rec.driver_depth == 1:
+                    steps = _batches_per_epoch(callbacks, phase_name)
+                    try:
+                        meter.step_done(end, fused, bool(steps) and batch + 1 >= steps)
+                    except Exception:  # the measure is the tool's business, never the call's
+                        probe._meter = None
 
         batch_end.__wrapped__ = original  # type: ignore[attr-defined]
         return batch_end
@@ -353,6 +560,37 @@ class KerasProbe:
 
         epoch_begin.__wrapped__ = original  # type: ignore[attr-defined]
         return epoch_begin
+
+    def _epoch_next(self, rec: Recorder, original: Any) -> Any:
+        """Keras' TF epoch iterator yields (first step, last step, iterator) before each train
+        call: keep the iterator, so its tf.data model can be read between steps."""
+        probe = self
+
+        def __next__(self: Any) -> Any:  # noqa: N807 (the name Python looks up)
+            __tracebackhide__ = True
+            result = original(self)
+            if probe._meter is not None and threading.get_ident() == rec.thread_id:
+                try:
+                    probe._iterator = result[2]
+                except Exception:
+                    probe._iterator = None
+            return result
+
+        return wraps_exactly(__next__, original)
+
+
+def _tf_epoch_iterator() -> type | None:
+    """Keras' epoch iterator class of the TensorFlow backend, when that is the backend."""
+    try:
+        import keras
+
+        if keras.backend.backend() != "tensorflow":
+            return None
+        from keras.src.backend.tensorflow.trainer import TFEpochIterator
+
+        return TFEpochIterator
+    except Exception:
+        return None
 
 
 def _functions_eager() -> bool:

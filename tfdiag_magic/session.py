@@ -237,6 +237,9 @@ class Session:
         _attribute_events(record)
         _spread_over_fused_groups(record, rec.fused_groups)
         rec.functions.clear()  # drop the references to the user's tf.function objects
+        return record
+
+
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
     """Hold off Ctrl-C (SIGINT) inside the block; one that came is delivered at its end.
@@ -263,9 +266,6 @@ def interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         if pending:
             previous(signal.SIGINT, None)
-
-
-        return record
 
 
 MAX_NAMESPACE_MODULES = 200
@@ -309,6 +309,9 @@ def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
         "gpu": _gpu_facts(tf),
         "threads": threading.active_count(),
     }
+
+
+CONVERSION_BUDGET = 0.1  # seconds the post-run timing of a batch's conversion may take
 
 
 def _conversion_cost(record: Record) -> float | None:

@@ -75,3 +75,56 @@ model.fit(ds)
     assert tune_input_pipeline(not_tf_data) is None
     # A dataset from elsewhere (an earlier cell): its chain is not in this cell.
     assert tune_input_pipeline("model.fit(train_ds, epochs=3)\n") is None
+
+
+EPOCH_CELL = """import numpy as np
+import tensorflow as tf
+
+x = np.arange(40, dtype="float32").reshape(20, 2)
+y = np.arange(20, dtype="float32")
+
+def encode(a, b):
+    return tf.tanh(a / 40.0), b
+
+ds = (
+    tf.data.Dataset.from_tensor_slices((x, y))
+    .map(encode)  # per-row encoding
+    .shuffle(20, seed=1)
+    .batch(4)
+)
+model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(ds, epochs=2, verbose=0)
+"""
+
+
+def test_cache_after_the_deterministic_map_when_asked():
+    assert ".cache()" not in (tune_input_pipeline(EPOCH_CELL) or "")
+    out = tune_input_pipeline(EPOCH_CELL, cache=True)
+    assert out is not None
+    assert_compiles(out)
+    assert ".map(encode, num_parallel_calls=tf.data.AUTOTUNE).cache()  # per-row encoding\n" in out
+    assert out.index(".cache()") < out.index(".shuffle(20, seed=1)")
+    assert out.count(".cache()") == 1
+    ns = execute(out)
+    assert int(ns["model"].optimizer.iterations) == 10
+    # The cached elements are the mapped ones; the shuffle after the cache still reshuffles.
+    orders = [np.concatenate([b.numpy() for _, b in ns["ds"]]) for _ in range(2)]
+    assert sorted(orders[0].tolist()) == list(range(20))
+    assert orders[0].tolist() != orders[1].tolist()
+
+
+def test_no_cache_after_a_shuffle_or_a_random_map():
+    shuffled_first = EPOCH_CELL.replace(
+        "    .map(encode)  # per-row encoding\n    .shuffle(20, seed=1)\n",
+        "    .shuffle(20, seed=1)\n    .map(encode)  # per-row encoding\n",
+    )
+    out = tune_input_pipeline(shuffled_first, cache=True)
+    assert out is not None and ".cache()" not in out  # it would replay the first order
+    augmenting = EPOCH_CELL.replace(
+        "return tf.tanh(a / 40.0), b", "return a + tf.random.normal(tf.shape(a)), b"
+    )
+    out = tune_input_pipeline(augmenting, cache=True)
+    assert out is not None and ".cache()" not in out  # it would freeze the augmentation
+    cached = EPOCH_CELL.replace(".map(encode)", ".map(encode).cache()")
+    assert ".cache().cache()" not in (tune_input_pipeline(cached, cache=True) or "")

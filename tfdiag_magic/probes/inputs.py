@@ -41,8 +41,17 @@ def leading_dimension(args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
     """The leading dimension of the first array-like among the arguments (NaN if none).
 
     Reading a tensor's shape costs about a microsecond, so callers on the hot path read it
-    once per function and reuse it.
+    once per function and reuse it. This runs inside the user's call: a shape it cannot read
+    (unknown rank, `TensorShape(None)`, a symbolic tensor inside another tf.function, an
+    object whose `shape` is something else) is passed over, never raised.
     """
+    try:
+        return _leading_dimension(args, kwargs)
+    except Exception:
+        return NAN
+
+
+def _leading_dimension(args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
     for value in (*args, *kwargs.values()):
         items: Any
         if isinstance(value, (tuple, list)):
@@ -53,13 +62,19 @@ def leading_dimension(args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
             items = (value,)
         for item in items:
             shape = getattr(item, "shape", None)
-            if shape is not None and len(shape) >= 1:
+            if shape is None:
+                continue
+            try:
+                if len(shape) < 1:  # TensorShape(None): len() raises ValueError
+                    continue
                 first = shape[0]
-                if isinstance(first, int):
-                    return float(first)
-                if first is not None:
-                    with contextlib.suppress(TypeError, ValueError):
-                        return float(int(first))
+            except (TypeError, ValueError, IndexError):
+                continue
+            if isinstance(first, int):
+                return float(first)
+            if first is not None:
+                with contextlib.suppress(TypeError, ValueError):
+                    return float(int(first))
     return NAN
 
 

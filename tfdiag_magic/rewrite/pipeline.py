@@ -9,8 +9,11 @@
 Recent TensorFlow releases already parallelise stateless map functions and add a final prefetch
 through tf.data's default optimisations; the explicit options matter with those optimisations
 off, with stateful or ``py_function`` maps, and on older releases, and say what is intended.
-``.cache()`` is never added: after a random augmentation it would freeze the augmentation, and
-whether the data fits in memory is not known here.
+``.cache()`` is added only when asked (``cache=True``: the input-bound finding measured work
+that every epoch redoes before its first batch), right after the last ``map`` that comes before
+the training chain's first ``shuffle``, and only when that map's function is a lambda or a
+function defined in the cell whose text names nothing random: after a random augmentation a
+cache would freeze it, and after a shuffle it would replay the first epoch's order.
 
 A chain is recognised when it starts at ``tf.data.…``, at a Keras ``*_dataset_from_*``
 utility, at ``tfds.load`` or at a name assigned from such a chain.
@@ -42,9 +45,15 @@ from .common import (
 _PARALLEL_POSITION = {"map": 1, "interleave": 3}
 
 
-def tune_input_pipeline(source: str) -> str | None:
-    """Parallel map/interleave and a final prefetch in the cell's tf.data chains."""
-    return rewrite_cell(source, _rewrite)
+# Methods that make a chain's elements differ from epoch to epoch: no cache after them.
+_RANDOM_METHODS = frozenset({"shuffle", "random", "sample_from_datasets", "choose_from_datasets"})
+_RANDOM_WORDS = ("random", "shuffle", "augment", "flip", "crop", "noise", "rng", "dropout")
+
+
+def tune_input_pipeline(source: str, cache: bool = False) -> str | None:
+    """Parallel map/interleave and a final prefetch in the cell's tf.data chains; with `cache`,
+    also ``.cache()`` after the training chain's deterministic map."""
+    return rewrite_cell(source, lambda cell: _rewrite(cell, cache))
 
 
 def _chain_root(names: Aliases, expr: cst.CSTNode) -> cst.CSTNode:
@@ -107,7 +116,7 @@ def _chain_calls(names: Aliases, expr: cst.CSTNode, datasets: set[str]) -> list[
     return calls
 
 
-def _rewrite(cell: Cell) -> cst.Module | None:
+def _rewrite(cell: Cell, cache: bool = False) -> cst.Module | None:
     module = cell.module
     names = aliases(module)
     datasets = dataset_names(names, module)
@@ -131,6 +140,13 @@ def _rewrite(cell: Cell) -> cst.Module | None:
             continue
         edits[node] = lambda call: set_kwarg(call, "num_parallel_calls", autotune)
 
+    # A cache after the deterministic map of the chain that feeds training.
+    if cache:
+        for chain in _training_chains(cell, names, datasets):
+            target = _cache_point(module, _chain_calls(names, chain, datasets))
+            if target is not None:
+                edits[target] = _append_cache(edits.get(target))
+
     # A final prefetch on the chain that feeds training.
     for chain in _training_chains(cell, names, datasets):
         calls = _chain_calls(names, chain, datasets)
@@ -142,6 +158,60 @@ def _rewrite(cell: Cell) -> cst.Module | None:
         return None
     module = replace(module, edits)
     return add_import(module, "tensorflow", tf) if missing else module
+
+
+def _cache_point(module: cst.Module, calls: list[cst.Call]) -> cst.Call | None:
+    """The map call a cache goes right after: the last map before the first shuffle (or other
+    random method) of the chain, when no cache is there yet and its function is known to the
+    cell and names nothing random."""
+    ordered = list(reversed(calls))  # from the source outwards
+    if any(method_name(c) == "cache" for c in ordered):
+        return None
+    candidate = None
+    for call in ordered:
+        method = method_name(call)
+        if method in _RANDOM_METHODS:
+            break
+        if method == "map":
+            candidate = call
+    if candidate is None or not _deterministic_function(module, candidate):
+        return None
+    return candidate
+
+
+def _deterministic_function(module: cst.Module, call: cst.Call) -> bool:
+    args = positional_args(call)
+    given = find_kwarg(call, "map_func")
+    function = given.value if given is not None else (args[0].value if args else None)
+    if isinstance(function, cst.Lambda):
+        text = cst.Module(body=[]).code_for_node(function)
+    elif isinstance(function, cst.Name):
+        defs = [
+            node
+            for node in walk(module)
+            if isinstance(node, cst.FunctionDef) and node.name.value == function.value
+        ]
+        if len(defs) != 1:
+            return False
+        text = cst.Module(body=[]).code_for_node(defs[0])
+    else:
+        return False
+    lowered = text.lower()
+    return not any(word in lowered for word in _RANDOM_WORDS)
+
+
+def _append_cache(previous: object):
+    def edit(node: cst.Call) -> cst.Call:
+        if callable(previous):
+            node = previous(node)
+        inner = node.with_changes(lpar=[], rpar=[])
+        return cst.Call(
+            func=cst.Attribute(value=inner, attr=cst.Name("cache")),
+            lpar=node.lpar,
+            rpar=node.rpar,
+        )
+
+    return edit
 
 
 def _append_prefetch(previous: object, autotune: cst.BaseExpression):

@@ -2,7 +2,8 @@
 
 No NVIDIA driver, no GPU, or no `pynvml` is the normal case on many machines: the probe then
 records why in `status` and starts no thread. When it runs, the thread samples every
-`interval` seconds and is stopped and joined when the probe is removed.
+`interval` seconds and is stopped and joined (at most JOIN_TIMEOUT seconds) when the probe is
+removed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import numpy as np
 from ..recorder import Recorder
 
 FIELDS = ("util", "mem_util", "mem_used", "mem_total", "power_w")
+# Seconds `remove` waits for the sampling thread: one sample is a few NVML queries, so the
+# thread ends well within it; a driver call that hangs must not hang the end of the run.
+JOIN_TIMEOUT = 2.0
 
 
 class NVMLSampler:
@@ -94,10 +98,15 @@ class NVMLSampler:
                 self._columns[f"{device}:{field}"].append(value)
 
     def remove(self) -> None:
-        if self._thread is not None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
             self._stop.set()
-            self._thread.join()
-            self._thread = None
+            thread.join(timeout=JOIN_TIMEOUT)
+            if thread.is_alive():
+                # Stuck in a driver call: leave NVML initialised under it (shutting it down
+                # under a running query is undefined); the daemon thread ends with its wait.
+                self.status += f"; the sampler did not stop within {JOIN_TIMEOUT:g} s"
+                return
         self._shutdown()
 
     def _shutdown(self) -> None:

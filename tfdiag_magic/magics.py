@@ -577,8 +577,9 @@ def _show_report(shell: Any, result: ProfileResult, live: Any, error: BaseExcept
     if settings_of(shell).widgets and in_kernel(shell):
         try:
             data, _dashboard = dashboard_bundle(result)
-        except Exception as exc:  # the static report still shows
+        except Exception as exc:  # the static report still shows, saying why
             print(f"tfdiag_magic: no dashboard: {type(exc).__name__}: {exc}", file=sys.stderr)
+            result.add_problem("dashboard", exc)
             data = static_bundle(result)
     elif live is not None:
         data = static_bundle(result)

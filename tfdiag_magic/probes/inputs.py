@@ -95,7 +95,10 @@ def data_kind(data: Any) -> str:
         return "dataset"
     if hasattr(data, "__next__"):
         return "generator"
-    if module.startswith("keras") and "PyDataset" in [c.__name__ for c in type(data).__mro__]:
+    if any(
+        c.__name__ == "PyDataset" and (c.__module__ or "").startswith("keras")
+        for c in type(data).__mro__
+    ):  # the user's subclass, defined in their own module
         return "pydataset"
     if "Tensor" in name:
         return "tensor"

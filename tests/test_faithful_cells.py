@@ -1,0 +1,580 @@
+"""A profiled cell behaves exactly as the same cell run plainly: a differential test.
+
+Each case runs twice in the real IPython shell of the test process, once plainly and once under
+``%%tfprofile -q``, each time from a fresh state (empty namespace, cleared Keras session, seeds
+set by the cell itself). Then a plain cell observes what the run left behind. Compared between
+the two runs: every name the cell bound (values, arrays, tensors, weights), the cell's value,
+its stdout and stderr, its warnings, its exception (type, message, and the frames of the user's
+code, whose lines must be the cell's real lines also when it starts with blank lines), and what
+the next cell sees: random draws (NumPy, ``random``, TensorFlow, Keras), the order a seeded
+shuffle yields in the next epoch, an iterator's next element, how often a generator was called,
+trained weights and losses.
+
+What a cell magic cannot change is not compared: the traceback's first frame is IPython's call
+of the magic (``get_ipython().run_cell_magic(...)``, as for ``%%time``), and frames of the
+tool's own code are hidden by ``__tracebackhide__``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import linecache
+import os
+import re
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import IPython
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfdiag_magic
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+IPYTHON_DIR = str(Path(IPython.__file__).resolve().parent)
+TOOL_DIR = str(Path(tfdiag_magic.__file__).resolve().parent)
+MAGIC_CALL = "get_ipython().run_cell_magic("
+# Names IPython binds for its history; `_tfprofile_<N>` is the tool's documented result name
+# for a run with a rewrite, like IPython's `_<N>`; `__warningregistry__` is the warnings
+# module's record of what it showed, keyed by line numbers (checked by `Run.warnings`).
+SHELL_NAMES = re.compile(
+    r"^(_+|_i+\d*|_\d+|_[oid]h|In|Out|get_ipython|exit|quit|_tfprofile_\d+|__warningregistry__)$"
+)
+
+
+# -- running a cell twice --------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """What a user can observe of one run of a cell, in comparable form."""
+
+    success: bool
+    value: Any
+    names: dict[str, Any]
+    stdout: str
+    stderr: str
+    warnings: list[tuple[str, str, str, int | str]]
+    error: tuple[str, str] | None
+    frames: list[tuple[str, str, int, str]]
+    shown: str  # stdout without its ANSI colours, as the user reads it
+    observed: dict[str, Any]
+    exception: BaseException | None
+
+
+def snapshot(value: Any, depth: int = 0) -> Any:
+    """`value` in a form that compares by content: arrays by dtype, shape and bytes."""
+    if depth > 6:
+        return ("deep", type(value).__qualname__)
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        return value
+    if isinstance(value, float):
+        return ("float", repr(value))  # NaN equals NaN, -0.0 differs from 0.0
+    if isinstance(value, ModuleType):
+        return ("module", value.__name__)
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+        return ("array", array.dtype.str, array.shape, array.tobytes())
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        return ("tensor", snapshot(value.numpy(), depth + 1))
+    if isinstance(value, keras.callbacks.History):
+        return ("history", snapshot(value.history, depth + 1), value.epoch)
+    if isinstance(value, keras.layers.Layer):
+        weights = [snapshot(w, depth + 1) for w in value.get_weights()]
+        return ("layer", type(value).__qualname__, weights)
+    if isinstance(value, keras.optimizers.Optimizer):
+        return ("optimizer", [snapshot(v, depth + 1) for v in value.variables])
+    if isinstance(value, (list, tuple)):
+        return (type(value).__qualname__, [snapshot(v, depth + 1) for v in value])
+    if isinstance(value, dict):
+        return ("dict", {k: snapshot(v, depth + 1) for k, v in value.items()})
+    if isinstance(value, (set, frozenset)):
+        return ("set", sorted(repr(v) for v in value))
+    return ("object", type(value).__module__, type(value).__qualname__)
+
+
+def user_frames(error: BaseException | None) -> list[tuple[str, str, int, str]]:
+    """(file, function, line number, line text) of the user's frames of `error`'s traceback.
+
+    A cell's file is named "<cell>" (its real name carries the execution count). IPython's
+    frames, the tool's and the magic's own call line are left out: see the module docstring.
+    """
+    if error is None:
+        return []
+    frames = []
+    for frame in traceback.extract_tb(error.__traceback__):
+        if frame.filename.startswith((IPYTHON_DIR, TOOL_DIR)):
+            continue
+        if (frame.line or "").startswith(MAGIC_CALL):
+            continue
+        in_cell = not os.path.isfile(frame.filename)
+        name = "<cell>" if in_cell else frame.filename
+        frames.append((name, frame.name, frame.lineno or 0, frame.line or ""))
+    return frames
+
+
+def _warning(caught: warnings.WarningMessage) -> tuple[str, str, str, int | str]:
+    """A shown warning; one from a cell is placed by its line's text (see `assert_same`)."""
+    where = (caught.filename, caught.lineno)
+    if not os.path.isfile(caught.filename):
+        where = ("<cell>", linecache.getline(caught.filename, caught.lineno).strip())
+    return (caught.category.__name__, str(caught.message), *where)
+
+
+def _message(error: BaseException) -> str:
+    """The error's message, less what differs between any two runs of a cell: TensorFlow's
+    graph node counters (``[Op:__inference_..._217]``) and the cell's file name and line in a
+    traceback that TensorFlow writes into the message (the line is checked by `frames`)."""
+    text = re.sub(r"_\d+\]", "_N]", str(error))
+    return re.sub(r'File "<ipython-input-[^"]*>", line \d+', 'File "<cell>"', text)
+
+
+def run_once(ip, capsys, cell: str, observe: str, profiled: bool) -> Run:
+    """Run `cell` from a fresh state, plainly or under ``%%tfprofile -q``; then `observe`."""
+    ip.reset(new_session=False)
+    keras.backend.clear_session()
+    before = set(ip.user_ns)
+    capsys.readouterr()
+    # Entering catch_warnings resets the registry of warnings already shown once, so both runs
+    # show the same warnings whichever runs first.
+    with warnings.catch_warnings(record=True) as caught:
+        result = ip.run_cell(("%%tfprofile -q\n" if profiled else "") + cell, store_history=True)
+    out, err = capsys.readouterr()
+    names = {
+        name: snapshot(value)
+        for name, value in ip.user_ns.items()
+        if name not in before and not SHELL_NAMES.match(name)
+    }
+    error = result.error_before_exec or result.error_in_exec
+    observed: dict[str, Any] = {}
+    if observe:
+        seen = set(ip.user_ns)
+        check = ip.run_cell(observe, store_history=True)
+        assert check.success, check.error_in_exec
+        observed = {
+            name: snapshot(value)
+            for name, value in ip.user_ns.items()
+            if name not in seen and not SHELL_NAMES.match(name)
+        }
+    capsys.readouterr()
+    return Run(
+        success=result.success,
+        value=snapshot(result.result),
+        names=names,
+        # An error's stdout holds its traceback: compared by `frames`. `Out[N]` counts cells.
+        stdout=re.sub(r"^Out\[\d+\]", "Out[N]", out, flags=re.MULTILINE) if error is None else "",
+        stderr=err,
+        warnings=[_warning(w) for w in caught],
+        error=None if error is None else (type(error).__qualname__, _message(error)),
+        frames=user_frames(error),
+        shown=ANSI.sub("", out),
+        observed=observed,
+        exception=error,
+    )
+
+
+def run_twice(ip, capsys, cell: str, observe: str = "") -> tuple[Run, Run]:
+    plain = run_once(ip, capsys, cell, observe, profiled=False)
+    profiled = run_once(ip, capsys, cell, observe, profiled=True)
+    return plain, profiled
+
+
+def assert_same(plain: Run, profiled: Run) -> None:
+    """Every observable of the two runs is equal; line numbers of cell frames are checked
+    apart (`assert_real_lines`), as IPython numbers a plain cell from its first non-blank line."""
+    assert profiled.error == plain.error, "\n".join(
+        difflib.unified_diff(
+            str(plain.error).split("\\n"), str(profiled.error).split("\\n"), lineterm=""
+        )
+    )
+    assert profiled.success == plain.success
+    assert profiled.value == plain.value
+    assert profiled.stdout == plain.stdout
+    assert profiled.stderr == plain.stderr
+    assert profiled.warnings == plain.warnings
+    assert set(profiled.names) == set(plain.names)
+    for name, value in plain.names.items():
+        assert profiled.names[name] == value, f"{name} differs under the profiler"
+    assert set(profiled.observed) == set(plain.observed)
+    for name, value in plain.observed.items():
+        assert profiled.observed[name] == value, f"{name}, observed after the cell, differs"
+
+    def without_cell_lines(frames: list[tuple[str, str, int, str]]) -> list[tuple]:
+        return [(f, name, line if f != "<cell>" else 0, text) for f, name, line, text in frames]
+
+    assert without_cell_lines(profiled.frames) == without_cell_lines(plain.frames)
+
+
+def assert_real_lines(run: Run, cell: str) -> None:
+    """Each cell frame of a profiled run points at the line with that text in the typed cell
+    (the ``%%tfprofile`` line is line 1), and IPython's display shows those line numbers."""
+    typed = ("%%tfprofile -q\n" + cell).splitlines()
+    cell_frames = [frame for frame in run.frames if frame[0] == "<cell>"]
+    assert cell_frames, run.frames
+    for _, _, lineno, text in cell_frames:
+        assert 0 < lineno <= len(typed) and typed[lineno - 1].strip() == text, (lineno, text)
+        shown = rf"^-+> {lineno}\s+{re.escape(text)}$"
+        assert re.search(shown, run.shown, re.MULTILINE), run.shown
+
+
+# -- names, value, output, warnings, exceptions ------------------------------------------------
+
+NAMES_CELL = """\
+import sys, warnings
+import numpy as np
+total = 0
+for i in range(10):
+    if i == 7:
+        break
+    if i % 2:
+        continue
+    total += i
+else:
+    total = -1
+count = 3
+while count:
+    count -= 1
+squares = [k * k for k in range(4)]
+table = {name: len(name) for name in ("a", "bb")}
+def twice(v):
+    return 2 * v
+class Box:
+    size = twice(total)
+temporary = 1
+del temporary
+values = np.arange(5.0) / 3
+print("out", total, squares)
+sys.stderr.write("err line\\n")
+warnings.warn("a warning from the cell")
+twice(Box.size) + count
+"""
+
+
+def test_names_value_output_and_warnings_are_as_in_a_plain_cell(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, NAMES_CELL)
+    assert plain.success and plain.value == 48 and "out 12" in plain.stdout  # the case ran
+    assert plain.warnings and "err line" in plain.stderr
+    assert_same(plain, profiled)
+
+
+def test_trailing_semicolon_shows_nothing_and_keeps_the_side_effects(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, "shown = []\nshown.append(1) or 5;")
+    assert plain.value is None and plain.names["shown"] == ("list", [1])
+    assert "Out[" not in profiled.shown
+    assert_same(plain, profiled)
+
+
+def test_line_magic_gives_the_statements_value_as_the_plain_statement(ip, capsys):
+    plain = run_once(ip, capsys, "sum(range(10))", "", profiled=False)
+    ip.reset(new_session=False)
+    magic = ip.run_cell("%tfprofile -q sum(range(10))", store_history=True)
+    assert magic.success
+    assert snapshot(magic.result) == plain.value == 45
+
+
+FAILING_CELL = """\
+import numpy as np
+done = []
+def check(batch):
+    if batch == 2:
+        raise ValueError(f"bad batch {batch}")
+    return batch
+for batch in range(5):
+    done.append(check(batch))
+never = True
+"""
+
+
+@pytest.mark.parametrize("blank_lines", [0, 3], ids=["no-blank-lines", "3-leading-blank-lines"])
+def test_exception_is_the_same_and_points_at_the_users_real_lines(ip, capsys, blank_lines: int):
+    cell = "\n" * blank_lines + FAILING_CELL
+    plain, profiled = run_twice(ip, capsys, cell)
+    assert plain.error == ("ValueError", "bad batch 2")
+    assert [frame[1] for frame in plain.frames] == ["<module>", "check"]
+    assert_same(plain, profiled)
+    assert_real_lines(profiled, cell)
+    raising = 1 + blank_lines + FAILING_CELL.splitlines().index("for batch in range(5):") + 2
+    assert re.search(rf"Cell In\[\d+\], line {raising}$", profiled.shown, re.MULTILINE)
+
+
+RETRACING_CELL = """\
+import tensorflow as tf
+
+@tf.function
+def scale(x, factor):
+    return x * factor
+
+x = tf.ones((3,))
+for step in range(6):
+    y = scale(x, 0.1 * (step + 1))  # a new Python float every call
+"""
+
+PREDICT_LOOP_CELL = """\
+import numpy as np
+import keras
+
+keras.utils.set_random_seed(3)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+samples = np.linspace(-1, 1, 32).reshape(8, 4).astype("float32")
+outputs = []
+for i in range(len(samples)):  # one sample at a time
+    outputs.append(model.predict(samples[i : i + 1], verbose=0)[0])
+"""
+
+
+@pytest.mark.parametrize("cell", [RETRACING_CELL, PREDICT_LOOP_CELL], ids=["retracing", "loop"])
+def test_leading_blank_lines_keep_the_findings_loop_lines_and_rewrites(ip, cell: str):
+    """The same cell with 3 blank lines first: the same findings and rewrites (with the blank
+    lines), and loop lines that are the cell's own."""
+    ip.reset(new_session=False)
+    keras.backend.clear_session()
+    direct = ip.run_cell("%%tfprofile -q -o r\n" + cell, store_history=True)
+    assert direct.success, direct.error_in_exec
+    first = ip.user_ns["r"]
+    ip.reset(new_session=False)
+    keras.backend.clear_session()
+    blank = ip.run_cell("%%tfprofile -q -o r\n\n\n\n" + cell, store_history=True)
+    assert blank.success, blank.error_in_exec
+    second = ip.user_ns["r"]
+    assert [loop.lineno for loop in second.record.loops] == [
+        loop.lineno + 3 for loop in first.record.loops
+    ]
+    loop_line = 2 + cell.splitlines().index(next(s for s in cell.splitlines() if "for " in s))
+    assert [loop.lineno for loop in first.record.loops] == [loop_line]
+    rewrites = {f.code: f.rewrite for f in first.findings if f.rewrite}
+    assert rewrites, [f.code for f in first.findings]  # the case has something to rewrite
+    blank_rewrites = {f.code: f.rewrite for f in second.findings if f.rewrite}
+    assert set(blank_rewrites) == set(rewrites)
+    for code, rewrite in rewrites.items():
+        assert blank_rewrites[code] == "\n\n\n" + rewrite, code
+
+
+# -- what the next cell sees --------------------------------------------------------------------
+
+SEED = """\
+import random
+import keras, numpy as np, tensorflow as tf
+keras.utils.set_random_seed(7)
+"""
+
+# Random draws of every generator a user may rely on after the cell.
+DRAWS = """\
+after_np = np.random.rand(3)
+after_py = [random.random() for _ in range(3)]
+after_tf = tf.random.uniform([3])
+after_keras = keras.random.uniform([3])
+"""
+
+
+def test_random_draws_after_a_cell_are_the_plain_ones(ip, capsys):
+    cell = SEED + "drawn = np.random.rand(2), random.random(), tf.random.normal([2])\n"
+    plain, profiled = run_twice(ip, capsys, cell, DRAWS)
+    assert (
+        plain.observed["after_np"] != run_once(ip, capsys, SEED, DRAWS, False).observed["after_np"]
+    )  # the draws depend on what the cell drew: the comparison can see a difference
+    assert_same(plain, profiled)
+
+
+SHUFFLE_FIT_CELL = (
+    SEED
+    + """\
+seen = []
+def note(i):
+    seen.append(int(i))
+    return i
+def as_example(i):
+    value = tf.reshape(tf.cast(i, "float32"), [1])
+    return value, 2 * value
+numbers = (
+    tf.data.Dataset.range(8)
+    .shuffle(8, seed=1)
+    .map(lambda i: tf.py_function(note, [i], tf.int64))
+    .map(as_example)
+    .batch(2)
+)
+model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+history = model.fit(numbers, epochs=2, verbose=0)
+"""
+)
+NEXT_EPOCH = "next_epoch = [int(x[0, 0]) for x, _ in numbers]\nevery_element = list(seen)\n"
+
+
+def test_seeded_shuffle_order_in_every_epoch_and_the_next_one_after_fit(ip, capsys):
+    """`seen` holds the order of every epoch of the fit; `next_epoch` the order after it."""
+    plain, profiled = run_twice(ip, capsys, SHUFFLE_FIT_CELL, NEXT_EPOCH + DRAWS)
+    seen = plain.observed["every_element"][1]
+    assert len(seen) == 24 and seen[:8] != seen[8:16]  # two epochs and the next one, reshuffled
+    assert_same(plain, profiled)
+
+
+ITERATOR_CELL = """\
+import tensorflow as tf
+letters = iter("abcdefgh")
+for letter in letters:
+    if letter == "c":
+        break
+batches = iter(tf.data.Dataset.range(100).batch(2))
+for step, batch in enumerate(batches):
+    if step == 2:
+        break
+model_free = [int(v) for v in next(batches)]
+"""
+
+
+def test_iterators_left_half_consumed_give_the_same_next_element(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, ITERATOR_CELL, "next_letter = next(letters)\n")
+    assert plain.observed["next_letter"] == "d"
+    assert plain.names["model_free"] == ("list", [6, 7])
+    assert_same(plain, profiled)
+
+
+# Keras prefetches from a generator, so how far it reads ahead of the last step depends on
+# timing even in plain runs: the generators here are finite, read to their end, and count only
+# what they yield. `opened` counts how often tf.data started the generator: once per epoch.
+GENERATOR_FIT_CELL = (
+    SEED
+    + """\
+calls = 0
+opened = 0
+def batches(count=6):
+    global calls
+    for _ in range(count):
+        calls += 1
+        yield np.full((2, 1), calls, "float32"), np.ones((2, 1), "float32")
+model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+source = batches()
+history = model.fit(source, steps_per_epoch=3, epochs=2, verbose=0)
+def epoch():
+    global opened
+    opened += 1
+    yield from batches(4)
+signature = (tf.TensorSpec((2, 1), "float32"), tf.TensorSpec((2, 1), "float32"))
+from_generator = tf.data.Dataset.from_generator(epoch, output_signature=signature)
+history_data = model.fit(from_generator, epochs=2, verbose=0)
+"""
+)
+
+
+def test_generator_is_called_as_often_as_in_a_plain_run(ip, capsys):
+    observe = "calls_after, opened_after = calls, opened\n"
+    plain, profiled = run_twice(ip, capsys, GENERATOR_FIT_CELL, observe + DRAWS)
+    assert plain.observed["calls_after"] == 6 + 2 * 4
+    assert plain.observed["opened_after"] == 2
+    assert_same(plain, profiled)
+
+
+FAILING_GENERATOR_CELL = (
+    SEED
+    + """\
+calls = 0
+def batches():
+    global calls
+    while True:
+        calls += 1
+        if calls == 4:
+            raise OSError("the file went away")
+        yield np.ones((2, 1), "float32"), np.ones((2, 1), "float32")
+model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+model.fit(batches(), steps_per_epoch=3, epochs=3, verbose=0)
+"""
+)
+
+
+def test_generator_that_raises_in_fit_is_not_called_again_after_it(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, FAILING_GENERATOR_CELL, "calls_after = calls\n")
+    assert plain.error is not None and "the file went away" in plain.error[1]
+    assert_same(plain, profiled)
+
+
+# -- trained weights and losses with fixed seeds ------------------------------------------------
+
+MODEL = """\
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"),
+                          keras.layers.Dropout(0.2), keras.layers.Dense(1)])
+x = np.random.rand(16, 3).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+"""
+COMPILE = 'model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")\n'
+
+TRAINING = {
+    "fit-arrays": COMPILE + "history = model.fit(x, y, batch_size=4, epochs=3, verbose=0)\n",
+    "fit-tf-data": COMPILE
+    + """\
+data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(16, seed=2).batch(4)
+history = model.fit(data, epochs=3, verbose=0)
+after_fit = [float(v[0, 0]) for v, _ in data]
+""",
+    "tf-function-loop": """\
+optimizer = keras.optimizers.SGD(0.05)
+@tf.function
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+losses = []
+for epoch in range(3):
+    for start in range(0, 16, 4):
+        losses.append(float(train_step(x[start:start + 4], y[start:start + 4])))
+""",
+    "eager-loop": """\
+optimizer = keras.optimizers.SGD(0.05)
+losses = []
+for start in list(range(0, 16, 4)) * 2:
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x[start:start + 4], training=True) - y[start:start + 4]) ** 2)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    losses.append(float(loss))
+""",
+    "generator": COMPILE
+    + """\
+def batches():
+    for _ in range(8):  # finite, read to its end: see GENERATOR_FIT_CELL
+        index = np.random.randint(0, 16, size=4)
+        yield x[index], y[index]
+history = model.fit(batches(), steps_per_epoch=4, epochs=2, verbose=0)
+""",
+    "pydataset": COMPILE
+    + """\
+class Batches(keras.utils.PyDataset):
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+        self.epochs_ended = 0
+    def __len__(self):
+        return 4
+    def __getitem__(self, index):
+        self.reads += 1
+        return x[index * 4:(index + 1) * 4], y[index * 4:(index + 1) * 4]
+    def on_epoch_end(self):
+        self.epochs_ended += 1
+batches = Batches()
+history = model.fit(batches, epochs=3, verbose=0)
+reads, epochs_ended = batches.reads, batches.epochs_ended
+""",
+}
+
+
+@pytest.mark.parametrize("name", list(TRAINING))
+def test_training_gives_the_same_weights_losses_and_draws_after_it(ip, capsys, name: str):
+    cell = SEED + MODEL + TRAINING[name]
+    plain, profiled = run_twice(ip, capsys, cell, "weights = model.get_weights()\n" + DRAWS)
+    assert plain.success, plain.exception
+    assert (
+        plain.observed["weights"]
+        != run_once(ip, capsys, SEED + MODEL, "weights = model.get_weights()\n", False).observed[
+            "weights"
+        ]
+    )  # it trained: weights moved
+    assert_same(plain, profiled)

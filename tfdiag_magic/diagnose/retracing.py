@@ -44,11 +44,14 @@ type changed between tracings (read from the recorded signatures).
 Five tracings of one Python function in a run, TensorFlow's own retracing-warning threshold
 (`FREQUENT_TRACING_WARNING_THRESHOLD = 5` in
 `tensorflow/python/eager/polymorphic_function/polymorphic_function.py`), and more than one
-tracing after the first call. Keras' own train/test/predict functions are left to
-`repeated-keras-call`, where their retracing comes from. A function made anew for each model
-built in the run (a sweep over models), each object traced only on its first call or two
-(a first call that creates variables traces twice), is not retracing: every model needs its
-own graph.
+tracing after the first call. Keras' own train/test/predict functions (functions Keras
+defines in `keras.src` and wraps itself) are left out: each model's are made anew after each
+`compile`, and the inner `one_step_on_data` traces on each of its calls, which happen only
+while its outer function traces, so their counts are expected; a Keras call repeated in a loop
+is `repeated-keras-call`. A model or method that the cell wraps in `tf.function` is the cell's.
+A function made anew for each model built in the run (a sweep over models), each object
+traced only on its first call or two (a first call that creates variables traces twice), is
+not retracing: every model needs its own graph.
 """
 
 MIN_TRACES = 5

@@ -9,6 +9,7 @@ only when a function is traced, so it costs nothing in steady state.
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 import weakref
@@ -46,11 +47,10 @@ class FunctionEntry:
     def __init__(self, function: Any) -> None:
         self.ref = weakref.ref(function)
         python_function = getattr(function, "python_function", None)
-        module = getattr(python_function, "__module__", "") or ""
         self.name: str = getattr(python_function, "__qualname__", None) or getattr(
             function, "__name__", "tf.function"
         )
-        self.keras_internal = module.startswith("keras.")
+        self.keras_internal = is_keras_internal(python_function)
         self.calls = 0
         self.batch = float("nan")  # batch size seen on the first call with one
         self.traces_before = self.last_count = _tracing_count(function)
@@ -63,6 +63,20 @@ class FunctionEntry:
         function = self.ref()
         count = _tracing_count(function) if function is not None else self.last_count
         return max(count - self.traces_before, 0)
+
+
+def is_keras_internal(python_function: Any) -> bool:
+    """Whether a tf.function wraps a function that Keras defines and wraps itself.
+
+    Keras' trainer makes its train/test/predict functions (``one_step_on_data``,
+    ``multi_step_on_iterator``, ...) as plain functions in ``keras.src``. A model object or a
+    bound method given to ``tf.function`` by the cell (``tf.function(model)``) is the cell's
+    function even though its class is Keras': its retracing is the cell's to fix.
+    """
+    if not inspect.isfunction(python_function):
+        return False
+    module = getattr(python_function, "__module__", "") or ""
+    return module.startswith("keras.")
 
 
 _ASSIGN_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})

@@ -18,7 +18,13 @@ from .dash_findings import finding_html, sorted_findings
 from .dash_table import csv_text, data_link, table_html
 from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
 from .plots import png_data_uri
-from .text import headline
+from .text import (
+    KERAS_FUNCTIONS_NOTE,
+    headline,
+    short_name,
+    split_functions,
+    traced_on_most_calls,
+)
 from .units import rate, seconds, share, size
 
 STYLE = """
@@ -207,15 +213,29 @@ def details_html(report: dict[str, Any], record: Record, full_page: bool) -> str
     """tf.functions, GC, the cell's loops, warnings, and (in a file) the profiled code."""
     e = escape
     parts: list[str] = []
-    functions = [f for f in report["functions"] if f["calls"]]
-    if functions:
-        parts.append("<table>" + _row(["tf.function", "calls", "traces", "objects"], True))
-        for f in functions[:12]:
+    mine, keras_own = split_functions(report)
+    if mine:
+        parts.append(
+            "<table><caption>tf.functions of the code</caption>"
+            + _row(["tf.function", "calls", "traces", "objects"], True)
+        )
+        for f in mine[:12]:
             name = e(f["name"]) + (
-                " <span class='muted'>[Keras]</span>" if f["keras_internal"] else ""
+                " <span class='muted'>traced again on most calls</span>"
+                if traced_on_most_calls(f)
+                else ""
             )
             parts.append(_row([name, str(f["calls"]), str(f["traces"]), str(f["objects"])]))
         parts.append("</table>")
+    if keras_own:
+        parts.append(
+            "<table><caption>Keras' own functions</caption>"
+            + _row(["function", "calls", "traces", "objects"], True)
+        )
+        for f in keras_own[:8]:
+            name = f"<span title='{e(f['name'], quote=True)}'>{e(short_name(f['name']))}</span>"
+            parts.append(_row([name, str(f["calls"]), str(f["traces"]), str(f["objects"])]))
+        parts.append(f"</table><p class='muted'>{e(KERAS_FUNCTIONS_NOTE)}</p>")
     gc = report["gc"]
     if gc["collections"]:
         parts.append(

@@ -11,6 +11,39 @@ from typing import Any
 from .experiments import comparison_text, insert_cell, sweep_text
 from .units import rate, seconds, share, size
 
+# Measured (Keras 3.15): per model, fit/evaluate/predict reuse one train, test and predict
+# function until the next compile(); one_step_on_data traces twice on its one call in a first
+# fit, its first trace creating the optimizer's variables (TensorFlow's initialize_variables).
+KERAS_FUNCTIONS_NOTE = (
+    "Keras makes these itself: a train, a test and a predict function for each model, made"
+    " again after each compile(), each traced on its first call and again for a new input"
+    " shape (a last, smaller batch). The inner one_step_on_data is called only while its outer"
+    " function traces, and traces once or twice then (twice when the call creates the"
+    " optimizer's variables), so its traces match or pass its calls. These tracings are"
+    " expected: they are not retracing of your code."
+)
+
+
+def split_functions(
+    report: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The called tf.functions of the report: the code's own, then those Keras made itself."""
+    called = [f for f in report["functions"] if f["calls"]]
+    return (
+        [f for f in called if not f["keras_internal"]],
+        [f for f in called if f["keras_internal"]],
+    )
+
+
+def traced_on_most_calls(function: dict[str, Any]) -> bool:
+    """A function of the code that traced on at least half of five or more calls."""
+    return function["calls"] >= 5 and function["traces"] * 2 >= function["calls"]
+
+
+def short_name(qualname: str) -> str:
+    """``TensorFlowTrainer._make_function.<locals>.one_step_on_data`` -> its last part."""
+    return qualname.rsplit(".", 1)[-1]
+
 
 def headline(report: dict[str, Any]) -> str:
     steps = report["steps"]
@@ -87,21 +120,26 @@ def render_text(report: dict[str, Any]) -> str:
     gpu = report["gpu"]
     if not gpu["tensorflow_gpus"]:
         out.append(f"GPU: TensorFlow sees none ({gpu['nvml']}).")
-    functions = [f for f in report["functions"] if f["calls"]]
-    if functions:
+    mine, keras_own = split_functions(report)
+    if mine:
         out.append("")
-        out.append("tf.functions (calls, traces in this run):")
-        for f in functions[:8]:
-            tag = " [Keras]" if f["keras_internal"] else ""
+        out.append("tf.functions of the code (calls, traces in this run):")
+        for f in mine[:8]:
             objects = f", {f['objects']} function objects" if f["objects"] > 1 else ""
-            again = (
-                "  <- traced again on most calls"
-                if f["calls"] >= 5 and f["traces"] * 2 >= f["calls"]
-                else ""
-            )
+            again = "  <- traced again on most calls" if traced_on_most_calls(f) else ""
+            out.append(f"  {f['name']}: {f['calls']} calls, {f['traces']} traces{objects}{again}")
+    if keras_own:
+        out.append("")
+        out.append("Keras' own functions (calls, traces in this run):")
+        for f in keras_own[:6]:
+            objects = f", {f['objects']} function objects" if f["objects"] > 1 else ""
             out.append(
-                f"  {f['name']}{tag}: {f['calls']} calls, {f['traces']} traces{objects}{again}"
+                f"  {short_name(f['name'])}: {f['calls']} calls, {f['traces']} traces{objects}"
             )
+        out.extend(
+            textwrap.wrap(KERAS_FUNCTIONS_NOTE, 96, initial_indent="  (", subsequent_indent="   ")
+        )
+        out[-1] += ")"
     tracing = report["tracing"]
     if tracing["count"]:
         out.append(f"Tracing: {tracing['count']} traces took {seconds(tracing['time'])}")

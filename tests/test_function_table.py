@@ -1,0 +1,111 @@
+"""The tf.function table keeps Keras' own functions apart from the code's, and says why their
+trace counts are expected.
+
+Keras makes a train, test and predict function per model (again after each ``compile``); the
+inner ``one_step_on_data`` is called only while its outer function traces, so its traces match
+or pass its calls. Shown next to the code's functions with "traced again on most calls", users
+read that as retracing. These tests run real Keras and tf.function code under ``%%tfprofile``.
+"""
+
+from __future__ import annotations
+
+import keras
+import pytest
+import tensorflow as tf
+
+from tests.diagnosis_support import assert_silent, the
+from tests.helpers import profiled
+from tfdiag_magic.probes.tf_functions import is_keras_internal
+from tfdiag_magic.views.text import KERAS_FUNCTIONS_NOTE
+
+SETUP = """
+import numpy as np, keras, tensorflow as tf
+x = np.random.default_rng(0).normal(size=(100, 8)).astype("float32")
+y = x[:, :1] * 2.0
+def small_model():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+"""
+
+# Several models, each fitted, evaluated and predicted more than once, with last batches
+# smaller than the others: Keras' functions trace many times, none of it the code's doing.
+KERAS_ONLY = (
+    "for seed in range(3):\n"
+    "    model = small_model()\n"
+    "    model.fit(x, y, batch_size=32, epochs=2, validation_data=(x[:40], y[:40]), verbose=0)\n"
+    "    model.fit(x, y, batch_size=32, epochs=1, verbose=0)\n"
+    "    model.evaluate(x, y, verbose=0)\n"
+    "    model.predict(x, verbose=0)\n"
+)
+
+
+@pytest.fixture
+def fn_ip(ip):
+    ip.run_cell(SETUP)
+    return ip
+
+
+def test_keras_own_functions_are_shown_apart_with_what_their_traces_mean(fn_ip):
+    result, r = profiled(fn_ip, KERAS_ONLY)
+    assert result.success
+    keras_own = [f for f in r.record.functions if f.keras_internal]
+    names = {f.name.rsplit(".", 1)[-1] for f in keras_own}
+    assert {"one_step_on_data", "multi_step_on_iterator"} <= names
+    # The counts that read as retracing: the inner function traces at least once per call.
+    inner = next(f for f in keras_own if f.name.endswith(".one_step_on_data"))
+    assert inner.traces >= inner.calls >= 6  # a train and a test function for each of 3 models
+    assert not [f for f in r.record.functions if not f.keras_internal]
+    text = r.summary()
+    assert "Keras' own functions (calls, traces in this run):" in text
+    assert "tf.functions of the code" not in text  # the code defined none
+    assert "traced again" not in text
+    assert f"  one_step_on_data: {inner.calls} calls, {inner.traces} traces" in text
+    assert "they are not retracing of your code" in " ".join(text.split())  # wrapped lines
+    section = text.split("Keras' own functions")[1].split("Tracing:")[0]
+    assert "TensorFlowTrainer" not in section  # the short name, not Keras' qualname
+    html = r.to_html(full_page=False)
+    assert "<caption>Keras' own functions</caption>" in html
+    assert "traced again" not in html
+    assert_silent(r, "retracing")
+
+
+def test_the_codes_retracing_function_is_marked_and_found_beside_keras_functions(fn_ip):
+    result, r = profiled(
+        fn_ip,
+        "model = small_model()\n"
+        "model.fit(x, y, batch_size=32, epochs=1, verbose=0)\n"
+        "@tf.function\n"
+        "def scaled(v, factor):\n"
+        "    return v * factor\n"
+        "for i in range(8):\n"
+        "    scaled(x, float(i))  # a new Python value each call: a new graph each call\n",
+    )
+    assert result.success
+    text = r.summary()
+    mine = text.split("tf.functions of the code (calls, traces in this run):")[1]
+    mine, keras_part = mine.split("Keras' own functions (calls, traces in this run):")
+    assert "scaled: 8 calls, 8 traces  <- traced again on most calls" in mine
+    assert "one_step_on_data" not in mine and "one_step_on_data" in keras_part
+    assert "traced again" not in keras_part
+    html = r.to_html(full_page=False)
+    assert "<caption>tf.functions of the code</caption>" in html
+    assert html.index("scaled") < html.index("Keras' own functions")
+    f = the(r, "retracing")
+    assert f.evidence["function"] == "scaled"
+
+
+def test_keras_internal_is_a_function_keras_defines_not_a_model_the_code_wraps():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.make_train_function()
+    assert is_keras_internal(model.train_function)  # the function Keras' trainer made
+
+    def step(v):
+        return v + 1
+
+    assert not is_keras_internal(step)
+    assert not is_keras_internal(tf.function(model).python_function)  # a model the code wraps
+    assert not is_keras_internal(tf.function(model.call).python_function)  # a Keras method
+    assert not is_keras_internal(None)
+    assert "one_step_on_data" in KERAS_FUNCTIONS_NOTE

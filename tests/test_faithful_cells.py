@@ -263,6 +263,21 @@ def test_names_value_output_and_warnings_are_as_in_a_plain_cell(ip, capsys):
     assert_same(plain, profiled)
 
 
+GLOBALS_CELL = """\
+import re
+for i in range(2):
+    pass
+history_names = re.compile(r"^(_+|_i+\\d*|_\\d+|_[oid]h|In|Out|get_ipython|exit|quit)$")
+names_seen = sorted(name for name in globals() if not history_names.match(name))
+"""
+
+
+def test_globals_seen_by_the_cell_while_it_runs_are_the_plain_ones(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, GLOBALS_CELL)
+    assert "history_names" in plain.names["names_seen"][1]
+    assert_same(plain, profiled)
+
+
 def test_trailing_semicolon_shows_nothing_and_keeps_the_side_effects(ip, capsys):
     plain, profiled = run_twice(ip, capsys, "shown = []\nshown.append(1) or 5;")
     assert plain.value is None and plain.names["shown"] == ("list", [1])

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tfdiag_magic.code_runner import prepare, run
+from tfdiag_magic.code_runner import cell_source, prepare, run
 from tfdiag_magic.instrument import RUNTIME_NAME
 from tfdiag_magic.probes.loops import LoopProbe
 from tfdiag_magic.record import KINDS, PHASES, Record
@@ -529,3 +529,37 @@ def test_data_wait_of_a_loop_row_is_never_nan_for_for_loops():
     result = Instrumented("for i in range(3):\n    pass\n")
     waits = result.record.steps["data_wait"][result.rows(1)]
     assert not any(math.isnan(w) for w in waits)
+
+
+# -- compiler flags and the cell's text -----------------------------------------------------
+
+
+def test_prepared_code_does_not_inherit_the_tools_future_annotations():
+    """code_runner (like this file) has ``from __future__ import annotations``; the user's
+    code must not: its annotations stay objects, as when Python compiles it."""
+    source = "limit: int = 3\ndef scale(value: float) -> list[int]:\n    return [int(value)]\n"
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    run(prepare(source, FILENAME), namespace)
+    assert namespace["__annotations__"] == {"limit": int}
+    assert namespace["scale"].__annotations__ == {"value": float, "return": list[int]}
+
+
+@pytest.mark.parametrize(
+    ("code", "transformed", "header", "expected"),
+    [
+        ("x = 1\n", "x = 1\n", "-q", "# %%tfprofile -q\nx = 1\n"),
+        ("\n\n  \nx = 1\n1/0\n", "x = 1\n1/0\n", "", "# %%tfprofile \n\n\n\nx = 1\n1/0\n"),
+        ("\n\n", "\n\n", "-q", "# %%tfprofile -q\n\n\n"),  # all blank: IPython kept it
+        ("y = 2", "y = 2\n", None, "y = 2\n"),  # the line magic: no header line
+    ],
+    ids=["no-blank-lines", "blank-lines-put-back", "all-blank", "line-magic"],
+)
+def test_cell_source_keeps_line_n_of_the_cell_on_line_n(
+    code: str, transformed: str, header: str | None, expected: str
+):
+    source = cell_source(code, transformed, header)
+    assert source == expected
+    if header is not None and code.strip():
+        # the first statement is on the cell's own line (the magic's line is line 1)
+        first = next(i for i, line in enumerate(code.splitlines()) if line.strip())
+        assert source.splitlines()[first + 1] == code.splitlines()[first]

@@ -1,0 +1,223 @@
+"""``python -m tfdiag_magic profile SCRIPT`` behaves as ``python SCRIPT``: a differential test.
+
+Each script runs plainly (``python ./SCRIPT ARGS`` in a subprocess, the reference) and under the
+tool, by calling `tfdiag_magic.cli.main` in this process (so that what it leaves behind in
+`sys` can be checked) and, for a few scripts, as ``python -m tfdiag_magic profile`` in a
+subprocess. Compared: the exit status, stderr (messages and tracebacks), the script's own
+stdout (the tool's report follows it), what the script sees of itself (``__file__``,
+``sys.argv``, ``sys.path[0]``, its ``__main__`` module, its globals, real annotations). After
+an in-process run, `sys.argv`, `sys.path` and ``sys.modules["__main__"]`` are the caller's
+again, however the script ended, and the report was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tfdiag_magic import cli
+
+REPO = Path(__file__).resolve().parents[1]
+# TensorFlow's native start-up log, printed by the tool's import of TensorFlow (a plain script
+# that imports TensorFlow prints it too): not the script's output.
+TF_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} |To enable the following)")
+
+SCRIPTS = {
+    "exit-0": "import sys\nprint('before')\nsys.exit(0)\nprint('after')\n",
+    "exit-3": "import sys\nprint('before')\nsys.exit(3)\n",
+    "exit-message": "import sys\nsys.exit('stopped: no data in ' + sys.argv[1])\n",
+    "exit-none": "import sys\nsys.exit()\n",
+    "exit-in-loop": "import sys\nfor i in range(5):\n    if i == 2:\n        sys.exit(4)\n",
+    "exit-object": "import sys\nsys.exit(['not', 'a', 'code'])\n",
+    "raise": """\
+def load(name):
+    try:
+        return {}[name]
+    except KeyError as exc:
+        raise RuntimeError(f"no such table: {name}") from exc
+
+for attempt in range(2):
+    print("attempt", attempt)
+load("users")
+""",
+    "keyboard-interrupt": "print('working')\nraise KeyboardInterrupt\n",
+    "syntax-error": "print('never')\nx = (\n",
+    "annotations": """\
+import dataclasses, typing
+limit: int = 3
+def scale(value: float, factor: "int" = 2) -> list[float]:
+    return [value * factor]
+@dataclasses.dataclass
+class Config:
+    rate: float
+    steps: int = 2
+print(__annotations__)
+print(scale.__annotations__)
+print({f.name: f.type for f in dataclasses.fields(Config)})
+print(typing.get_type_hints(scale))
+""",
+    "identity": """\
+import json, os, sys, pickle
+class Config:
+    pass
+print(json.dumps({
+    "file": __file__,
+    "argv": sys.argv,
+    "path0": sys.path[0],
+    "name": __name__,
+    "main_is_this_module": sys.modules["__main__"].__dict__ is globals(),
+    "builtins": type(__builtins__).__name__,
+    "loader": type(__loader__).__name__,
+    "spec": __spec__,
+    "package": __package__,
+    "cached": __cached__,
+    "doc": __doc__,
+    "pickles": type(pickle.loads(pickle.dumps(Config()))).__qualname__,
+}))
+""",
+    "mutates-sys": """\
+import sys
+sys.path.insert(0, "/nowhere")
+sys.argv.append("added")
+sys.argv = ["replaced"]
+sys.path = ["gone"]
+sys.modules["__main__"] = None
+print("done")
+""",
+}
+ARGS = ["alpha", "--json", "not-ours.json"]  # everything after the script is the script's
+
+
+@dataclass
+class Ended:
+    status: int  # as a shell shows it: 128 + N for a process killed by signal N
+    stdout: str
+    stderr: str
+
+
+def _script(folder: Path, name: str) -> Path:
+    script = folder / f"{name.replace('-', '_')}.py"
+    script.write_text(SCRIPTS[name], encoding="utf-8")
+    return script
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def _subprocess(args: list[str], cwd: Path) -> Ended:
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    # Python re-raises an uncaught KeyboardInterrupt's SIGINT on itself; a shell shows 130.
+    status = 128 - proc.returncode if proc.returncode < 0 else proc.returncode
+    stderr = "".join(line for line in proc.stderr.splitlines(True) if not TF_LOG.match(line))
+    return Ended(status, proc.stdout, stderr)
+
+
+def plain(script: Path) -> Ended:
+    return _subprocess([f"./{script.name}", *ARGS], script.parent)
+
+
+def in_process(script: Path, capsys, monkeypatch) -> tuple[Ended, Path]:
+    """`cli.main` on the script, from its folder; checks that `sys` is given back."""
+    monkeypatch.chdir(script.parent)
+    report = script.parent / "report.json"
+    argv, path, path_items, main = sys.argv, sys.path, list(sys.path), sys.modules["__main__"]
+    capsys.readouterr()
+    status = cli.main(["profile", "--json", str(report), f"./{script.name}", *ARGS])
+    out, err = capsys.readouterr()
+    assert sys.argv is argv
+    assert sys.path is path and sys.path == path_items
+    assert sys.modules["__main__"] is main
+    return Ended(status, out, err), report
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
+def test_profiled_script_ends_as_the_plain_script_and_gives_sys_back(
+    name: str, tmp_path, capsys, monkeypatch
+):
+    script = _script(tmp_path, name)
+    reference = plain(script)
+    profiled, report = in_process(script, capsys, monkeypatch)
+    assert profiled.status == reference.status
+    assert profiled.stderr == reference.stderr
+    assert profiled.stdout.startswith(reference.stdout)  # the script's output, then the report
+    if name == "syntax-error":
+        assert not report.exists()  # nothing ran: no report, as the stdout says
+        assert "did not compile" in profiled.stdout
+    else:
+        assert "tfdiag_magic:" in profiled.stdout[len(reference.stdout) :]
+        assert json.loads(report.read_text(encoding="utf-8"))["schema"] == 1
+
+
+def test_the_reference_runs_show_what_is_compared(tmp_path):
+    """The plain runs the comparison relies on end as Python documents."""
+    ended = {name: plain(_script(tmp_path, name)) for name in ("exit-3", "exit-message")}
+    assert ended["exit-3"].status == 3 and ended["exit-3"].stderr == ""
+    assert ended["exit-message"].status == 1
+    assert ended["exit-message"].stderr == "stopped: no data in alpha\n"
+    interrupted = plain(_script(tmp_path, "keyboard-interrupt"))
+    assert interrupted.status == 128 + signal.SIGINT
+    assert interrupted.stderr.endswith("KeyboardInterrupt\n")
+
+
+def test_annotations_stay_objects_as_without_future_annotations(tmp_path, capsys, monkeypatch):
+    script = _script(tmp_path, "annotations")
+    profiled, _ = in_process(script, capsys, monkeypatch)
+    assert profiled.stdout.startswith("{'limit': <class 'int'>}\n")
+    assert "'value': <class 'float'>" in profiled.stdout
+    assert "'return': list[float]" in profiled.stdout
+
+
+def test_file_is_absolute_and_argv_is_as_typed(tmp_path, capsys, monkeypatch):
+    script = _script(tmp_path, "identity")
+    profiled, _ = in_process(script, capsys, monkeypatch)
+    seen = json.loads(profiled.stdout.splitlines()[0])
+    assert seen["file"] == os.path.join(str(tmp_path), f"./{script.name}")
+    assert seen["argv"] == [f"./{script.name}", *ARGS]
+    assert seen["path0"] == os.path.realpath(tmp_path)
+    assert seen["main_is_this_module"] is True
+    assert seen["pickles"] == "Config"
+
+
+def test_script_globals_while_it_runs_are_the_plain_ones(tmp_path, capsys, monkeypatch):
+    """`globals()` inside a script with a top-level loop holds only the script's names."""
+    source = "import sys\nfor i in range(2):\n    pass\nprint(sorted(globals()))\n"
+    script = tmp_path / "names.py"
+    script.write_text(source, encoding="utf-8")
+    reference = plain(script)
+    profiled, _ = in_process(script, capsys, monkeypatch)
+    assert profiled.stdout.splitlines()[0] == reference.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("name", ["exit-message", "raise"])
+def test_python_m_tfdiag_magic_profile_ends_as_python_script(name: str, tmp_path):
+    """The whole command, in its own interpreter, as a user runs it."""
+    script = _script(tmp_path, name)
+    reference = plain(script)
+    profiled = _subprocess(
+        ["-m", "tfdiag_magic", "profile", f"./{script.name}", *ARGS], script.parent
+    )
+    assert profiled.status == reference.status
+    assert profiled.stderr == reference.stderr
+    assert profiled.stdout.startswith(reference.stdout)
+    assert (tmp_path / f"{script.stem}.tfdiag.json").is_file()
+    assert not (tmp_path / "not-ours.json").exists()

@@ -9,6 +9,8 @@ from tests.diagnosis_support import assert_silent, listing, problems, the
 from tests.helpers import profiled
 
 MIB = 1 << 20
+# The host memory series a run records: RSS and the CPU allocator's bytes in use.
+MEASURE_KEYS = ("rss", "cpu_tensors")
 
 WIDE = """
 import numpy as np, tensorflow as tf, keras
@@ -161,3 +163,85 @@ def test_no_host_memory_growth_when_losses_are_kept_as_floats(wide):
     assert result.success
     assert_silent(r, "host-memory-growth")
     assert not problems(r), listing(r)
+
+
+# TensorFlow's image-classification tutorial, cut down: a model fitted on `cache().prefetch()`
+# datasets, then a second model on its own cached datasets (larger images). Each cache fills
+# during its model's first epoch and each model is built between them: memory rises by steps
+# across the run, flat within each model's own epochs after the first.
+TWO_CACHED_MODELS = """
+AUTOTUNE = tf.data.AUTOTUNE
+def prepare(x, y, size):
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+    ds = ds.map(lambda image, label: (tf.image.resize(image, (size, size)), label))
+    return ds.cache().prefetch(buffer_size=AUTOTUNE)
+def make_model(size):
+    model = keras.Sequential([
+        keras.Input((size, size, 3)),
+        keras.layers.Rescaling(1.0 / 255),
+        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Flatten(),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(5),
+    ])
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model
+class WeightTrail(keras.callbacks.Callback):
+    '''Keeps the classifier's kernel after every batch, to plot how it moves.'''
+    def __init__(self, keep):
+        super().__init__()
+        self.keep, self.trail = keep, []
+    def on_train_batch_end(self, batch, logs=None):
+        if self.keep:
+            self.trail.append(tf.identity(self.model.layers[-2].kernel))
+trail_small, trail_large = WeightTrail(KEEP), WeightTrail(KEEP)
+train_small, val_small = prepare(images, labels, 64), prepare(val_images, val_labels, 64)
+small = make_model(64)
+small.fit(train_small, validation_data=val_small, epochs=3, verbose=0, callbacks=[trail_small])
+train_large, val_large = prepare(images, labels, 80), prepare(val_images, val_labels, 80)
+large = make_model(80)
+large.fit(train_large, validation_data=val_large, epochs=2, verbose=0, callbacks=[trail_large])
+"""
+
+IMAGES = """
+import numpy as np, tensorflow as tf, keras
+rng = np.random.default_rng(0)
+images = rng.integers(0, 256, size=(1280, 80, 80, 3), dtype=np.uint8)
+labels = rng.integers(0, 5, size=(1280,))
+val_images = rng.integers(0, 256, size=(256, 80, 80, 3), dtype=np.uint8)
+val_labels = rng.integers(0, 5, size=(256,))
+"""
+
+
+def test_no_host_memory_growth_for_two_models_on_caches_filling_in_their_first_epochs(ip):
+    ip.run_cell(IMAGES + "KEEP = False\n")
+    result, r = profiled(ip, TWO_CACHED_MODELS)
+    assert result.success
+    assert len(r.record.models) == 2
+    grew = max(int(r.record.memory[key].max() - r.record.memory[key][0]) for key in MEASURE_KEYS)
+    assert grew >= 100 * MIB  # the caches (63 + 98 MiB of float images) did fill
+    assert_silent(r, "host-memory-growth")
+    assert not problems(r), listing(r)
+
+
+def test_host_memory_growth_kept_per_step_next_to_two_models_and_their_caches(ip):
+    # The same cell, each callback now keeping the classifier's kernel every batch (1 MiB
+    # for the first model, 1.6 MiB for the second): that is found within each model's span.
+    ip.run_cell(IMAGES + "KEEP = True\n")
+    result, r = profiled(ip, TWO_CACHED_MODELS)
+    assert result.success
+    f = the(r, "host-memory-growth")
+    assert f.severity == "warning"
+    ev = f.evidence
+    assert ev["judged_within_spans"] == 2, ev
+    kernels = (8 * 8 * 64 * 64 * 4, 10 * 10 * 64 * 64 * 4)
+    assert 0.5 * min(kernels) <= ev["bytes_per_step"] <= 2 * max(kernels), ev
+    assert ev["growth_bytes"] >= 64 * MIB
+    assert ev["r2"] >= 0.8

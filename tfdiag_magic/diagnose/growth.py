@@ -46,42 +46,83 @@ def steps_done(record: Record) -> np.ndarray | None:
 def steady_growth(record: Record, values: np.ndarray) -> Growth | None:
     """Fit memory against the number of steps done, skipping the first tenth (warm-up
     allocations: the runtime, the first batches, a dataset's cache filling once)."""
+    return growth_within(record, values, [(-np.inf, np.inf)])
+
+
+# A span shorter than this many steps, or with fewer samples, is not judged on its own.
+MIN_SPAN_STEPS = 20
+MIN_SPAN_SAMPLES = 8
+
+
+def growth_within(
+    record: Record, values: np.ndarray, spans: list[tuple[float, float]]
+) -> Growth | None:
+    """One slope of memory against steps done, fitted within each span of time at once, each
+    span with its own level (so a jump between spans, such as a model built or a cache
+    filled between them, is not read as growth per step); the first tenth of each span is
+    skipped as its warm-up. With one span covering the run this is a plain least-squares fit.
+
+    `total` and `steps` add up the spans' own rises and lengths; `late_per_step` is the slope
+    over the last third of each span. Spans too short to judge are left out; None when none
+    is left.
+    """
     done = steps_done(record)
     if done is None or values.size < 8 or done.size != values.size:
         return None
-    ok = values >= 0
-    x = done[ok].astype(np.float64)
-    y = values[ok].astype(np.float64)
-    if x.size < 8 or x[-1] - x[0] < 20:
-        return None
-    begin = x[0] + 0.1 * (x[-1] - x[0])
-    keep = x >= begin
-    x, y = x[keep], y[keep]
     times = record.memory.get("time")
-    kept_times = times[ok][keep] if times is not None and times.size == values.size else None
-    if x.size < 6 or np.ptp(x) == 0:
+    has_times = times is not None and times.size == values.size
+    if not has_times:  # samples without times: the whole run is one span
+        times = np.zeros(values.size)
+        spans = [(-np.inf, np.inf)]
+    ok = values >= 0
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for start, end in spans:
+        inside = ok & (times >= start) & (times <= end)
+        x = done[inside].astype(np.float64)
+        y = values[inside].astype(np.float64)
+        if x.size < MIN_SPAN_SAMPLES or x[-1] - x[0] < MIN_SPAN_STEPS:
+            continue
+        keep = x >= x[0] + 0.1 * (x[-1] - x[0])
+        if keep.sum() < 6 or np.ptp(x[keep]) == 0:
+            continue
+        parts.append((x[keep], y[keep], times[inside][keep]))
+    if not parts:
         return None
-    slope, intercept = np.polyfit(x, y, 1)
-    fitted = slope * x + intercept
-    total_var = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float(((y - fitted) ** 2).sum()) / total_var if total_var > 0 else 0.0
-    third = x >= x[0] + 2 * (x[-1] - x[0]) / 3
-    late = (
-        float(np.polyfit(x[third], y[third], 1)[0])
-        if third.sum() >= 3 and np.ptp(x[third])
-        else 0.0
-    )
+    slope, r2 = _pooled_fit([(x, y) for x, y, _ in parts])
+    late_parts = []
+    for x, y, _ in parts:
+        third = x >= x[0] + 2 * (x[-1] - x[0]) / 3
+        if third.sum() >= 3 and np.ptp(x[third]):
+            late_parts.append((x[third], y[third]))
+    late = _pooled_fit(late_parts)[0] if late_parts else 0.0
+    first, last = parts[0], parts[-1]
     return Growth(
-        per_step=float(slope),
-        total=float(y[-1] - y[0]),
-        steps=int(x[-1] - x[0]),
+        per_step=slope,
+        total=float(sum(y[-1] - y[0] for _, y, _ in parts)),
+        steps=int(sum(x[-1] - x[0] for x, _, _ in parts)),
         r2=r2,
         late_per_step=late,
-        start_value=float(y[0]),
-        end_value=float(y[-1]),
-        start_time=float(kept_times[0]) if kept_times is not None else float("nan"),
-        end_time=float(kept_times[-1]) if kept_times is not None else float("nan"),
+        start_value=float(first[1][0]),
+        end_value=float(last[1][-1]),
+        start_time=float(first[2][0]) if has_times else float("nan"),
+        end_time=float(last[2][-1]) if has_times else float("nan"),
     )
+
+
+def _pooled_fit(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
+    """The least-squares slope shared by every part, each part with its own intercept, and
+    the share of the variance within the parts it explains (R²)."""
+    xx = xy = yy = 0.0
+    for x, y in parts:
+        dx, dy = x - x.mean(), y - y.mean()
+        xx += float((dx * dx).sum())
+        xy += float((dx * dy).sum())
+        yy += float((dy * dy).sum())
+    if xx == 0:
+        return 0.0, 0.0
+    slope = xy / xx
+    residual = yy - slope * xy  # sum of squared residuals of the pooled fit
+    return slope, (1.0 - residual / yy if yy > 0 else 0.0)
 
 
 def is_steady_rise(growth: Growth | None, min_total: float, min_r2: float = 0.8) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from collections import Counter
 
@@ -12,7 +13,7 @@ from ..findings import Finding
 from ..record import KINDS, ModelBuilt, Record
 from ..views.units import size
 from .evidence import first_rewrite, loop_label, rounded, with_rewrite
-from .growth import is_steady_rise, steady_growth
+from .growth import MIN_SPAN_STEPS, Growth, growth_within, is_steady_rise, steady_growth
 
 CODE = "host-memory-growth"
 TITLE = "Process memory grows with every step"
@@ -75,15 +76,29 @@ MIN_MODELS_ALONG = 5
 
 
 def check(record: Record, source: str | None) -> Finding | None:
-    growth, measure = None, ""
+    caches = bool(source) and _caches_in_memory(source)
+    spans = _steady_spans(record, caches)
+    growth, measure, within_spans = None, "", False
     for key in MEASURES:
         values = record.memory.get(key)
         if values is None:
             continue
-        candidate = steady_growth(record, values)
-        if is_steady_rise(candidate, MIN_TOTAL):
-            growth, measure = candidate, key
+        whole = steady_growth(record, values)
+        many_models = (
+            whole is not None
+            and len(_models_built_during(record, whole.start_time, whole.end_time))
+            >= MIN_MODELS_ALONG
+        )
+        # Judged within each model's own steady span: memory that comes with a model built,
+        # or with a cache's first pass, lies between the spans, not within them.
+        within = None if many_models else growth_within(record, values, spans)
+        if is_steady_rise(within, MIN_TOTAL):
+            growth, measure, within_spans = within, key, True
             break
+        if within is not None:  # judged, and flat within the spans: nothing kept per step
+            continue
+        if growth is None and is_steady_rise(whole, MIN_TOTAL):
+            growth, measure = whole, key  # kept unless a later measure rises within spans
     if growth is None:
         return None
     loops = record.steps["loop"][record.steps["loop"] >= 0]
@@ -94,6 +109,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     )
     models = _models_built_during(record, growth.start_time, growth.end_time)
     single_pass = _single_pass_over_cache(record, source)
+    # The run could not be cut into spans long enough to judge (models built, a cache's first
+    # epoch): the growth across them may come with what lies between them.
+    unsplit = not within_spans and len(spans) != 1
     evidence = {
         "measure": MEASURES[measure],
         "bytes_per_step": rounded(growth.per_step),
@@ -105,10 +123,11 @@ def check(record: Record, source: str | None) -> Finding | None:
         "where": where,
         "models_built_while_growing": len(models),
         "single_pass_over_memory_cache": single_pass,
+        "judged_within_spans": len(spans) if within_spans else 0,
     }
     if len(models) >= MIN_MODELS_ALONG:
         evidence["bytes_per_model"] = rounded(growth.total / len(models))
-    note = _not_per_step_note(growth, models, single_pass)
+    note = _not_per_step_note(growth, models, single_pass, unsplit)
     finding = Finding(
         code=CODE,
         severity="info" if note else "warning",
@@ -144,7 +163,9 @@ def _models_built_during(record: Record, start: float, end: float) -> list[Model
     return [m for m in record.models if start <= m.time <= end]
 
 
-def _not_per_step_note(growth, models: list[ModelBuilt], single_pass: bool) -> str:
+def _not_per_step_note(
+    growth: Growth, models: list[ModelBuilt], single_pass: bool, unsplit: bool
+) -> str:
     """Why the growth may not be kept per step ("" when nothing says so)."""
     if len(models) >= MIN_MODELS_ALONG:
         return (
@@ -160,6 +181,14 @@ def _not_per_step_note(growth, models: list[ModelBuilt], single_pass: bool) -> s
             " The cell caches a dataset in memory (`.cache()`) and the run made one pass over"
             " it: a cache fills during its first pass and stops growing after, so this growth"
             " may be the cache. Run two epochs to tell: a cache stays flat in the second."
+        )
+    if unsplit:
+        return (
+            " The run is too short to judge within each model's own steady span (after the"
+            " model was built and, where the cell caches a dataset in memory, after its first"
+            f" epoch: at least {MIN_SPAN_STEPS} steps each): memory that comes with a model"
+            " built or a cache filling rises with the steps too, so this run cannot tell a"
+            " per-step leak from it. Train longer to tell."
         )
     return ""
 
@@ -195,3 +224,35 @@ def _caches_in_memory(source: str) -> bool:
             ):
                 return True
     return False
+
+
+def _steady_spans(record: Record, caches: bool) -> list[tuple[float, float]]:
+    """The spans of the run (start, end in seconds) within which memory is judged: cut where a
+    Keras model was built after the first step, each ending with its last step (what the cell
+    frees or keeps after its steps is not growth per step), and, when the cell caches a
+    dataset in memory, each starting at its second epoch (the cache fills during the first)."""
+    steps = record.steps
+    starts = steps["start"]
+    if starts.size == 0:
+        return [(-np.inf, np.inf)]
+    ends = starts + steps["duration"]
+    work = steps["kind"] != KINDS.index("loop")
+    cuts = sorted(m.time for m in record.models if m.time > starts.min())
+    bounds = [-np.inf, *cuts, np.inf]
+    spans: list[tuple[float, float]] = []
+    for begin, end in itertools.pairwise(bounds):
+        rows = (starts >= begin) & (starts < end)
+        if not rows.any():
+            continue
+        last = min(end, float(ends[rows].max()))
+        if caches:
+            inside = rows & work & (steps["epoch"] >= 0)
+            if not inside.any():
+                continue
+            epochs = steps["epoch"][inside]
+            later = np.flatnonzero(epochs != epochs[0])
+            if later.size == 0:
+                continue  # one epoch: the cache's first pass, nothing after it to judge
+            begin = float(starts[inside][later[0]])
+        spans.append((begin, last))
+    return spans

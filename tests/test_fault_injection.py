@@ -11,7 +11,9 @@ finds its steps, and a failure after the run is a line of the report, never a lo
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -309,6 +311,28 @@ def test_a_fault_between_the_runs_of_a_sweep_keeps_the_rows(
         assert list(r.sweep["status"]) == ["ok", "ok"]  # the sweep went on
         assert len([p for p in r.problems if "sweep row of 1 failed" in p]) == 1
         assert "sweep row of 1 failed" in out
+    next_run_works(fit_ip, monkeypatch)
+    clean_check()
+
+
+def test_a_real_ctrl_c_while_the_probes_are_removed_is_held_until_they_are_all_out(
+    fit_ip, clean_check, monkeypatch, capsys
+):
+    original = KerasModelProbe.remove
+
+    def remove_under_ctrl_c(probe: KerasModelProbe) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # delivered between two bytecodes, unless held
+        original(probe)
+
+    monkeypatch.setattr(KerasModelProbe, "remove", remove_under_ctrl_c)
+    result = run_cell(fit_ip, f"%%tfprofile -o r\n{BODY}")
+    out = capsys.readouterr().out
+    clean_check()  # this probe's patches too: the interrupt did not cut its removal short
+    assert result.success and result.result == 42  # the cell had finished: its value stays
+    r = fit_ip.user_ns["r"]
+    assert r.problems == ["probe removal failed: interrupted (KeyboardInterrupt)"]
+    assert r.problems[0] in out
+    assert r.record.phase_counts()["train"] == 2
     next_run_works(fit_ip, monkeypatch)
     clean_check()
 

@@ -1,11 +1,15 @@
 """The corpus: training programs after real authors' guides, examples and tutorials.
 
 Each program in ``tests/corpus/`` (its header names the source, the licence, the authors and what
-was changed) runs twice, each time in a fresh interpreter with the same seeds: plainly
-(``python PROGRAM.py``) and under the tool (``python -m tfdiag_magic profile --json REPORT
-PROGRAM.py``), the way a user runs a script. Both runs print one line ``CORPUS_RESULT {...}``:
-every optimizer's ``iterations`` and checksums of what training produced (weight sums, losses,
-predictions). Each test checks that
+was changed) runs twice in one fresh interpreter, with the same seeds: first under the tool,
+through the command line's own entry point (``python -m tfdiag_magic profile --json REPORT
+PROGRAM.py``), so the tool sees the fresh process a user's script starts in; then plainly, with
+``runpy`` as ``python PROGRAM.py`` runs it, after ``keras.backend.clear_session()``. The plain
+run coming second also proves that the tool put back everything it changed: a probe left
+behind that changed the numbers would show as a difference. (One interpreter per program
+instead of two saves a TensorFlow start-up each: the corpus must fit in a few minutes on two
+CPUs.) Both runs print one line ``CORPUS_RESULT {...}``: every optimizer's ``iterations`` and
+checksums of what training produced (weight sums, losses, predictions). Each test checks that
 
 - both runs complete, and the report has no error;
 - the profiled run's results equal the plain run's, digit for digit: profiling changes nothing;
@@ -61,36 +65,60 @@ class CorpusRun:
         }
 
 
-def _run(args: list[str], cwd: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", KERAS_BACKEND="tensorflow")
-    return subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
-    )
+SEPARATOR = "=== corpus: plain run follows; the profiled run exited with status "
+# Runs in a fresh interpreter: argv = [program, report]. The profiled run goes through
+# tfdiag_magic.cli.main, which is all `python -m tfdiag_magic` calls.
+DRIVER = f"""
+import os, runpy, sys
+program, report = sys.argv[1], sys.argv[2]
+from tfdiag_magic.cli import main
+status = main(["profile", "--json", report, program])
+sys.stdout.flush()
+print("\\n{SEPARATOR}" + str(status), flush=True)
+import keras
+keras.backend.clear_session()
+os.chdir(os.path.dirname(report))
+sys.argv = [program]
+sys.path[0] = os.path.dirname(program)
+runpy.run_path(program, run_name="__main__")
+"""
 
 
-def _result(name: str, how: str, proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert proc.returncode == 0, (
-        f"{name} ({how}) exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    )
-    lines = RESULT_LINE.findall(proc.stdout)
-    assert len(lines) == 1, f"{name} ({how}) printed {len(lines)} CORPUS_RESULT lines"
+def _result(name: str, how: str, output: str) -> dict[str, Any]:
+    lines = RESULT_LINE.findall(output)
+    assert len(lines) == 1, f"{name} ({how}) printed {len(lines)} CORPUS_RESULT lines:\n{output}"
     return json.loads(lines[0])
 
 
 @functools.cache
 def corpus_run(name: str) -> CorpusRun:
-    """Run tests/corpus/NAME.py plainly, then under the tool; each in a fresh interpreter."""
+    """Run tests/corpus/NAME.py under the tool, then plainly, in one fresh interpreter."""
     program = str(CORPUS / f"{name}.py")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", KERAS_BACKEND="tensorflow")
     with tempfile.TemporaryDirectory(prefix=f"corpus-{name}-") as work:
-        plain = _result(name, "plain", _run([sys.executable, program], work))
         report_path = Path(work) / "report.json"
-        proc = _run(
-            [sys.executable, "-m", "tfdiag_magic", "profile", "--json", str(report_path), program],
-            work,
+        proc = subprocess.run(
+            [sys.executable, "-c", DRIVER, program, str(report_path)],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
         )
-        profiled = _result(name, "profiled", proc)
+        failed = f"{name}: exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        assert proc.returncode == 0, failed
+        profiled_output, _, rest = proc.stdout.partition(SEPARATOR)
+        status, _, plain_output = rest.partition("\n")
+        assert status == "0", f"{name}: the profiled run exited with status {status}\n{failed}"
         report = json.loads(report_path.read_text())
-    return CorpusRun(name, plain, profiled, report, proc.stdout)
+    return CorpusRun(
+        name,
+        plain=_result(name, "plain", plain_output),
+        profiled=_result(name, "profiled", profiled_output),
+        report=report,
+        profiled_output=profiled_output,
+    )
 
 
 def check_faithful(run: CorpusRun) -> None:
@@ -134,24 +162,25 @@ def test_keras_custom_training_loop():
 
     Covers: eager GradientTape loops over a shuffled tf.data pipeline (3 epochs, then 2 with
     metrics and a validation loop), @tf.function train/test steps on the same model (2 epochs),
-    and a @tf.function GAN step with two optimizers. 60 + 80 + 6 = 146 optimizer steps, of
-    which the first 100 are eager.
+    and a @tf.function GAN step with two optimizers. 320 samples in batches of 32: 30 + 40 + 6
+    = 76 optimizer steps, of which the first 50 are eager.
 
     Findings: eager-step only, and it is right. Measured on the 2-CPU development machine, in
-    this very program: the same MLP's step took 46.9 ms (median) in the guide's eager loops
-    against 1.05 ms once its step is a tf.function, about 45x; the guide itself shows the
-    eager loops to motivate tf.function. The finding must count exactly the 100 eager steps.
+    this very program (with 640 training samples): the same MLP's step took 46.9 ms (median)
+    in the guide's eager loops against 1.05 ms once its step is a tf.function, about 45x; the
+    guide itself shows the eager loops to motivate tf.function. The finding must count
+    exactly the 50 eager steps.
     """
     run = corpus_run("keras_custom_training_loop")
     check_faithful(run)
-    assert run.plain["steps"] == {"eager": 60, "eager_then_tf_function": 80, "gan": 6}
+    assert run.plain["steps"] == {"eager": 30, "eager_then_tf_function": 40, "gan": 6}
     assert run.plain["also"]["gan_g_optimizer"] == run.plain["steps"]["gan"]
     assert run.codes(*ACTIONABLE) == {"eager-step"}
     eager = run.finding("eager-step")
     assert eager["severity"] == "warning"
-    assert eager["evidence"]["eager_steps"] == 100
-    assert eager["evidence"]["training_steps"] == 146
-    assert run.report["steps"]["phases"]["train"]["eager_steps"] == 100
+    assert eager["evidence"]["eager_steps"] == 50
+    assert eager["evidence"]["training_steps"] == 76
+    assert run.report["steps"]["phases"]["train"]["eager_steps"] == 50
 
 
 def test_keras_mnist_convnet():
@@ -234,7 +263,7 @@ def test_tf_image_classification():
     Covers: image_dataset_from_directory with a validation split, cache().shuffle(1000)
     .prefetch(AUTOTUNE), a convnet fitted with validation data, then a second model with
     data-augmentation layers and Dropout fitted on the same datasets, and predict. 80 training
-    images in batches of 32 (3 batches), 5 epochs each: 15 + 15 = 30 optimizer steps.
+    images in batches of 32 (3 batches), 3 epochs each: 9 + 9 = 18 optimizer steps.
 
     Findings: none at warning level. Host memory grows while the second model is built and the
     in-memory caches fill during the first epoch; neither is a leak (the tutorial's own
@@ -243,7 +272,7 @@ def test_tf_image_classification():
     """
     run = corpus_run("tf_image_classification")
     check_faithful(run)
-    assert run.plain["steps"] == {"first_model": 15, "augmented": 15}
+    assert run.plain["steps"] == {"first_model": 9, "augmented": 9}
     assert run.codes(*ACTIONABLE) == set()
 
 
@@ -253,7 +282,7 @@ def test_keras_structured_data():
     Covers: a DataFrame turned into a dict-of-features dataset, a map that builds lookup
     layers and one-hot encodes every categorical feature of every row, a shuffle over all
     rows, batch 32, no cache; Normalization layers adapted per feature; a dict-input model;
-    fit with validation data; predict on one sample. 242 rows in batches of 32, 10 epochs: 80
+    fit with validation data; predict on one sample. 242 rows in batches of 32, 5 epochs: 40
     optimizer steps.
 
     Findings: input-bound, which this program has. The dataset is re-encoded row by row at the
@@ -265,7 +294,7 @@ def test_keras_structured_data():
     """
     run = corpus_run("keras_structured_data")
     check_faithful(run)
-    assert run.plain["steps"] == {"fit": 80}
+    assert run.plain["steps"] == {"fit": 40}
     assert run.codes(*ACTIONABLE) == {"input-bound"}
 
 
@@ -292,7 +321,8 @@ def test_keras_pydataset():
 def test_corpus_program_has_a_test_and_a_source_header(name):
     """Every corpus program names its source and licence, and has a test in this file."""
     header = (CORPUS / f"{name}.py").read_text().split('"""')[1]
-    assert "Modelled on: https://github.com/" in header
+    assert "Modelled on:" in header
+    assert "https://github.com/" in header
     assert "Apache-2.0" in header
     assert "Changed:" in header
     assert f"def test_{name}(" in Path(__file__).read_text()

@@ -8,7 +8,7 @@ with @tf.function train and test steps (2 epochs, same model and optimizer), and
 GAN trained by a @tf.function step with two Adam optimizers, saving a generated image at
 step 0 and stopping after step 10.
 Changed: synthetic uint8 digits from a fixed seed instead of MNIST (same shapes and dtypes);
-640 training and 160 validation samples instead of 50 000 and 10 000; 96 GAN images in
+320 training and 160 validation samples instead of 50 000 and 10 000; 96 GAN images in
 batches of 16 instead of 70 000 in batches of 64 (so the GAN loop ends after 6 steps); the
 generated image goes to a temporary folder instead of the working directory; seeds fixed; a
 last line that prints the optimizers' iteration counts and checksums.
@@ -42,8 +42,8 @@ optimizer = keras.optimizers.Adam(learning_rate=1e-3)
 loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 batch_size = 32
-x_train = rng.integers(0, 256, size=(800, 28, 28), dtype=np.uint8)
-y_train = rng.integers(0, 10, size=(800,), dtype=np.uint8)
+x_train = rng.integers(0, 256, size=(480, 28, 28), dtype=np.uint8)
+y_train = rng.integers(0, 10, size=(480,), dtype=np.uint8)
 x_train = np.reshape(x_train, (-1, 784))
 x_val = x_train[-160:]
 y_val = y_train[-160:]

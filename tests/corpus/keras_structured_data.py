@@ -12,7 +12,7 @@ dict-input model with its Classifier layer, compile, fit with validation data, a
 one sample.
 Changed: a synthetic DataFrame from a fixed seed with the heart-disease CSV's 303 rows, columns
 and dtypes instead of the download; KERAS_BACKEND is "tensorflow" (the example names torch,
-or tensorflow); 10 epochs instead of 50; the plot_model line is left out (it needs pydot and
+or tensorflow); 5 epochs instead of 50; the plot_model line is left out (it needs pydot and
 graphviz, and trains nothing); seeds fixed; a last line that prints the optimizer's iteration
 count and checksums.
 """
@@ -178,7 +178,7 @@ def create_model():
 model = create_model()
 model.compile("adam", "binary_crossentropy", metrics=["accuracy"])
 
-history = model.fit(train_ds, epochs=10, validation_data=val_ds)
+history = model.fit(train_ds, epochs=5, validation_data=val_ds)
 
 sample = {
     "age": 60,

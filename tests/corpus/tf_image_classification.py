@@ -9,7 +9,7 @@ same first Sequential convnet (Rescaling, three Conv2D/MaxPooling2D, Dense 128) 
 validation data, then the data-augmentation model (RandomFlip, RandomRotation, RandomZoom,
 Dropout 0.2) fitted the same way, and a prediction on one image with softmax scores.
 Changed: synthetic JPEG images (5 classes of 20, from a fixed seed) written to a temporary
-flower_photos-like folder instead of the download; images of 90x90 instead of 180x180; 5
+flower_photos-like folder instead of the download; images of 90x90 instead of 180x180; 3
 epochs for each model instead of 10 and 15; the image to predict is one of the synthetic
 files instead of a downloaded sunflower; the plots and the TensorFlow Lite part are left out
 (they train nothing); seeds fixed; a last line that prints the optimizers' iteration counts
@@ -100,7 +100,7 @@ model.compile(
 )
 model.summary()
 
-epochs = 5
+epochs = 3
 history = model.fit(train_ds, validation_data=val_ds, epochs=epochs)
 first_model = model
 
@@ -134,7 +134,7 @@ model.compile(
 )
 model.summary()
 
-epochs = 5
+epochs = 3
 history = model.fit(train_ds, validation_data=val_ds, epochs=epochs)
 
 sunflower_path = data_dir / "sunflowers" / "0.jpg"

@@ -217,3 +217,22 @@ def test_memory_and_findings_in_the_verdict_and_failed_runs_are_not_timed():
     assert failed.verdict.startswith("this run failed with ResourceExhaustedError")
     fixed = compare_headlines(_headline(failed=True, error_type="ValueError"), before, "b")
     assert fixed.verdict.startswith("completes now (the baseline failed with ValueError)")
+
+
+def test_only_the_newest_automatic_results_stay_in_the_namespace(ip):
+    """A cell with a rewrite run again and again keeps MAX_AUTO_RESULTS ``_tfprofile_<N>``
+    runs, not one per run; a result kept with -o, and a name the user rebound, are left alone."""
+    from tfdiag_magic.magics import MAX_AUTO_RESULTS
+
+    assert run_cell(ip, "%%tfprofile -q -o mine\n" + PREDICT_LOOP).success
+    names = []
+    for _ in range(MAX_AUTO_RESULTS + 2):
+        result = run_cell(ip, "%%tfprofile -q\n" + PREDICT_LOOP)
+        assert result.success, result.error_in_exec
+        names.append(f"_tfprofile_{result.execution_count}")
+        if len(names) == 1:
+            ip.user_ns[names[0]] = "the user's own value"
+    kept = sorted(k for k in ip.user_ns if k.startswith("_tfprofile_"))
+    assert kept == sorted([names[0], *names[-MAX_AUTO_RESULTS:]])
+    assert ip.user_ns[names[0]] == "the user's own value"
+    assert ip.user_ns["mine"].record is not None

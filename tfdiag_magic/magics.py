@@ -32,6 +32,7 @@ _VALUE_OPTIONS = {
     "--sweep",
 }
 AUTO_NAME = "_tfprofile_{}"  # where a run with a rewrite is kept for --compare when no -o is given
+MAX_AUTO_RESULTS = 3  # automatic results kept; older ones are deleted from the namespace
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -405,14 +406,33 @@ class TFProfileMagics(Magics):
     def _store(self, result: ProfileResult, args: Any) -> bool:
         """Put the result in the variable of -o (or ``_tfprofile_<N>`` when it has a rewrite)."""
         name = args.output
+        automatic = False
         if not name and result.experiment is None and any(f.rewrite for f in result.findings):
             # Kept so that the rewritten cell, inserted with `%%tfprofile --compare NAME` on
             # its first line, has a run to compare with (like IPython's `_N`).
             name = AUTO_NAME.format(_running_cell_number(self.shell))
+            automatic = True
         if name:
             self.shell.user_ns[name] = result
             result.stored_as = name
+        if automatic:
+            self._keep_newest_automatic(name, result)
         return True
+
+    def _keep_newest_automatic(self, name: str, result: ProfileResult) -> None:
+        """Keep only the newest MAX_AUTO_RESULTS ``_tfprofile_<N>`` runs in the namespace.
+
+        Each holds a whole record: a cell run fifty times must not keep fifty. A name the user
+        has since bound to something else is left alone, and -o results are never touched.
+        """
+        ns = self.shell.user_ns
+        stored: dict[str, ProfileResult] = self.__dict__.setdefault("_automatic", {})
+        stored.pop(name, None)
+        stored[name] = result
+        alive = [n for n, kept in stored.items() if ns.get(n) is kept]
+        for old in alive[:-MAX_AUTO_RESULTS]:
+            del ns[old]
+        self._automatic = {n: stored[n] for n in alive[-MAX_AUTO_RESULTS:]}
 
 
 def _stage(result: ProfileResult, name: str, function: Callable[..., Any], *args: Any) -> Any:
@@ -644,3 +664,6 @@ def unload(ipython: Any) -> None:
         if owner is not None and type(owner).__name__ == TFProfileMagics.__name__:
             del table["tfprofile"]
     manager.registry.pop(TFProfileMagics.__name__, None)
+    from .views.dashboard import close_dashboards
+
+    close_dashboards()

@@ -134,8 +134,10 @@ class InputWaitMeter:
     next) is the gaps of its elements plus the time its ``GetNext`` calls blocked, so the wait
     is the cycle's length minus its elements' gaps (tracing and callbacks fall in both). The
     model is read every 64 elements and at the end of each epoch, at a step's end, never while
-    a ``GetNext`` could be running; an iterator's first step is the anchor (its first element
-    has no gap), so the wait for an epoch's first batch is not in this measure.
+    a ``GetNext`` could be running. An iterator's first two steps are not measured: the first
+    element has no gap, and the second's gap holds the rest of the first step, whose work after
+    its batch arrived is not a steady step's (the first execution of a traced function creates
+    variables); so the wait for an epoch's first batch is not in this measure.
     """
 
     def __init__(self) -> None:
@@ -170,8 +172,8 @@ class InputWaitMeter:
         if self._owned is None:
             return
         self._consumed += fused
-        if self._anchor is None:
-            self._anchor = end
+        if self._anchor is None or self._consumed <= 2 * fused:
+            self._anchor = end  # the first two steps of the iterator (see the docstring)
             return
         previous = self._rows[-1][0] if self._rows else self._anchor
         if end - previous >= _LONGEST_CYCLE_S:

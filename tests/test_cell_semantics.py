@@ -8,6 +8,7 @@ that every probe is removed after a run whatever the cell did.
 
 from __future__ import annotations
 
+import builtins
 import gc
 import json
 import logging
@@ -406,6 +407,7 @@ def _snapshot(namespace: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     for logger in ("tensorflow", "keras", "absl"):
         state[f"logger {logger}"] = tuple(logging.getLogger(logger).handlers)
     state["namespace runtime"] = (namespace.get(RUNTIME_NAME),)
+    state["builtins runtime"] = (vars(builtins).get(RUNTIME_NAME),)
     state["active recorder"] = (active.recorder(),)
     return state
 
@@ -461,7 +463,7 @@ def test_every_probe_is_removed_after_the_run(train_ip, body: str, error: str | 
     after = _snapshot(namespace)
     assert _changed(before, after) == []
     assert set(threading.enumerate()) - threads_before == set()
-    assert RUNTIME_NAME not in namespace
+    assert RUNTIME_NAME not in namespace and RUNTIME_NAME not in vars(builtins)
     assert active.recorder() is None
     if error is None:
         # The keys checked above were the ones the run really replaced.

@@ -412,13 +412,17 @@ def test_loops_inside_def_class_and_lambda_are_not_rewritten():
     assert result.rows(15).size == 2
 
 
-def test_loop_probe_restores_a_previous_binding_of_the_runtime_name():
-    namespace: dict[str, Any] = {RUNTIME_NAME: "user's own"}
+def test_loop_probe_binds_the_runtime_among_builtins_and_restores_what_was_there():
+    """The cell's globals never hold the runtime (globals() and dir() stay the plain run's);
+    a name already among the builtins the namespace uses is put back exactly."""
+    own_builtins: dict[str, Any] = {RUNTIME_NAME: "user's own"}
+    namespace: dict[str, Any] = {"__builtins__": own_builtins}
     probe = LoopProbe(namespace)
     probe.install(Recorder())
-    assert namespace[RUNTIME_NAME] != "user's own"
+    assert own_builtins[RUNTIME_NAME] != "user's own"
+    assert RUNTIME_NAME not in namespace
     probe.remove()
-    assert namespace[RUNTIME_NAME] == "user's own"
+    assert own_builtins[RUNTIME_NAME] == "user's own"
 
 
 # -- line numbers are kept ------------------------------------------------------------------

@@ -2,11 +2,12 @@
 
 `iterate()` wraps the loop's iterator: each `next()` closes the previous iteration and times
 the wait for the next item, which becomes the iteration's data wait and the data wait of the
-first step inside it. The runtime is bound to a name in the cell's namespace only for the run.
+first step inside it. The runtime is bound to a name among the builtins only for the run.
 """
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Iterable, Iterator
 from time import perf_counter
@@ -79,20 +80,31 @@ class LoopRuntime:
 
 
 class LoopProbe:
-    """Binds the loop runtime into the namespace the cell runs in, and unbinds it after."""
+    """Binds the loop runtime among the builtins the cell's namespace uses, and unbinds it after.
+
+    Builtins, not the namespace itself: the instrumented code still finds the name (a global
+    lookup falls through to builtins), while the cell's ``globals()``, ``dir()`` and
+    ``vars()`` hold exactly what they would hold without the tool.
+    """
 
     name = "loops"
 
     def __init__(self, namespace: dict[str, Any]) -> None:
-        self._namespace = namespace
+        self._builtins = _builtins_of(namespace)
         self._saved: Any = _MISSING
 
     def install(self, recorder: Recorder) -> None:
-        self._saved = self._namespace.get(RUNTIME_NAME, _MISSING)
-        self._namespace[RUNTIME_NAME] = LoopRuntime(recorder)
+        self._saved = self._builtins.get(RUNTIME_NAME, _MISSING)
+        self._builtins[RUNTIME_NAME] = LoopRuntime(recorder)
 
     def remove(self) -> None:
         if self._saved is _MISSING:
-            self._namespace.pop(RUNTIME_NAME, None)
+            self._builtins.pop(RUNTIME_NAME, None)
         else:
-            self._namespace[RUNTIME_NAME] = self._saved
+            self._builtins[RUNTIME_NAME] = self._saved
+
+
+def _builtins_of(namespace: dict[str, Any]) -> dict[str, Any]:
+    """The builtins dict that code run with `namespace` as its globals looks names up in."""
+    found = namespace.get("__builtins__", builtins)
+    return found if isinstance(found, dict) else vars(found)

@@ -221,3 +221,24 @@ def test_python_m_tfdiag_magic_profile_ends_as_python_script(name: str, tmp_path
     assert profiled.stdout.startswith(reference.stdout)
     assert (tmp_path / f"{script.stem}.tfdiag.json").is_file()
     assert not (tmp_path / "not-ours.json").exists()
+
+
+def test_a_report_file_that_cannot_be_written_is_one_line_and_keeps_the_exit_status(
+    tmp_path, capsys, monkeypatch
+):
+    """--json naming a folder: one stderr line says why, the report text still prints, and the
+    status is the script's own; --html under ~ and a missing folder is written there."""
+    script = _script(tmp_path, "exit-3")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "taken").mkdir()
+    capsys.readouterr()
+    status = cli.main(["profile", "--json", "taken", "--html", "~/new/r.html", f"./{script.name}"])
+    out, err = capsys.readouterr()
+    assert status == 3
+    problems = [line for line in err.splitlines() if line.startswith("tfdiag_magic:")]
+    assert len(problems) == 1 and "could not write the JSON report" in problems[0], err
+    assert "tfdiag_magic:" in out  # the report's text
+    written = tmp_path / "home" / "new" / "r.html"
+    assert written.is_file() and f"HTML report: {written}" in out
+    assert not (tmp_path / "~").exists()

@@ -81,8 +81,7 @@ def gpu_doctor(json_path: str | None) -> int:
     report = collect_report()
     print(report.text())
     if json_path is not None:
-        report.to_json(json_path)
-        print(f"\nJSON report: {json_path}")
+        _write_report("JSON report", Path(json_path), report.to_json)
     return 0
 
 
@@ -209,11 +208,24 @@ def _report(
     status = exit_status(error)
     sys.stderr.flush()  # the script's ending before the report, also where both go to one file
     print(result.summary())
-    result.to_json(json_path)
-    print(f"\nJSON report: {json_path}")
+    _write_report("JSON report", json_path, result.to_json)
     if html_path is not None:
-        print(f"HTML report: {result.write_html(html_path)}")
+        _write_report("HTML report", html_path, result.write_html)
     return status
+
+
+def _write_report(what: str, path: Path, write: Any) -> None:
+    """Write one report file; a file that cannot be written is one line on stderr, and the
+    script's exit status stays the script's own."""
+    from .files import report_path, write_failure
+
+    try:
+        write(path)
+    except OSError as exc:
+        print(f"tfdiag_magic: {write_failure(what, path, exc)}", file=sys.stderr)
+        return
+    gap = "\n" if what.startswith("JSON") else ""  # the JSON line follows the report's text
+    print(f"{gap}{what}: {report_path(path)}")
 
 
 def _syntax_error(error: SyntaxError) -> int:
@@ -250,7 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "tfdiag_magic"
         html_path = Path(args.html) if args.html else out_dir / "demo-report.html"
         json_path = Path(args.json) if args.json else html_path.with_suffix(".json")
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         print(
             f"Profiling the bundled example {DEMO_SCRIPT.name} "
             "(a custom training loop with a known problem)...\n",

@@ -46,7 +46,9 @@ class GPUReport:
     def to_json(self, path: str | Path | None = None, indent: int | None = 2) -> str:
         text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
         if path is not None:
-            Path(path).write_text(text + "\n", encoding="utf-8")
+            from ..files import write_text_atomic
+
+            write_text_atomic(path, text + "\n")
         return text
 
     def text(self) -> str:

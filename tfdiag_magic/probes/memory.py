@@ -9,11 +9,17 @@ RSS alone misses memory kept per step when the process reuses memory it freed ea
 run again frees its old list of tensors, and the new run refills the same pages: RSS stays
 flat). The CPU allocator's count of bytes in use does not: it falls when tensors are freed and
 rises with every tensor kept. TensorFlow keeps that count only for its oneDNN CPU allocator
-(the default on x86 Linux builds); elsewhere the series is -1.
+(on by default on x86 CPUs with AVX-512 and similar). Elsewhere (AVX2-only CPUs such as many AMD
+EPYC, `TF_ENABLE_ONEDNN_OPTS=0`) TensorFlow's default CPU allocator takes every tensor from the C
+heap with `malloc`, and the series is the C heap's bytes in use instead (glibc's `mallinfo2`,
+about a microsecond a read): it also falls when tensors are freed and rises with every tensor
+kept, and counts NumPy arrays and large Python objects as well. Without either (another C
+library) the series is -1.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 
 from ..recorder import Recorder
@@ -52,23 +58,65 @@ def gpu_memory_reader(gpu_names: list[str]) -> Callable[[], dict[str, tuple[int,
     return read
 
 
-def cpu_tensor_reader() -> Callable[[], int]:
-    """Bytes in use by TensorFlow's CPU allocator (-1 before the runtime is up, or where the
-    allocator keeps no statistics: then it stops asking)."""
+def tf_cpu_allocator_bytes() -> int | None:
+    """Bytes in use by TensorFlow's CPU allocator; None where the allocator keeps no
+    statistics ("Allocator stats not available for device 'CPU:0'")."""
     import tensorflow as tf
-    from tensorflow.python.eager import context
 
-    available = True
+    try:
+        return int(tf.config.experimental.get_memory_info("CPU:0").get("current", -1))
+    except (ValueError, RuntimeError):
+        return None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def heap_bytes_reader() -> Callable[[], int] | None:
+    """Bytes the C heap has handed out and not taken back (glibc's `mallinfo2`: `uordblks`
+    from its arenas plus `hblkhd` mapped for large blocks); None without glibc 2.33 or later."""
+    try:
+        libc = ctypes.CDLL(None)  # the process's own symbols, the C library's among them
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    mallinfo2.argtypes = []
 
     def read() -> int:
-        nonlocal available
-        if not available or context.context()._context_handle is None:
+        info = mallinfo2()
+        return int(info.uordblks + info.hblkhd)
+
+    return read
+
+
+def cpu_tensor_reader() -> Callable[[], int]:
+    """Bytes in use by the allocator TensorFlow's CPU tensors come from: TensorFlow's own
+    count where its allocator keeps one, else the C heap's bytes in use (see the module's
+    docstring); -1 before the runtime is up, or where neither can be read."""
+    from tensorflow.python.eager import context
+
+    heap: Callable[[], int] | None = None
+    tensorflow_counts = True
+
+    def read() -> int:
+        nonlocal heap, tensorflow_counts
+        if context.context()._context_handle is None:
             return -1
-        try:
-            return int(tf.config.experimental.get_memory_info("CPU:0").get("current", -1))
-        except (ValueError, RuntimeError):  # "Allocator stats not available for device"
-            available = False
-            return -1
+        if tensorflow_counts:
+            value = tf_cpu_allocator_bytes()
+            if value is not None:
+                return value
+            tensorflow_counts = False  # a property of the build and the CPU: ask no more
+            heap = heap_bytes_reader()
+        return heap() if heap is not None else -1
 
     return read
 

@@ -51,6 +51,46 @@ def empty_columns(columns: dict[str, type]) -> dict[str, np.ndarray]:
     return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
 
 
+DROPPED_SUMS: tuple[str, ...] = (
+    "count",  # rows
+    "duration",  # seconds inside the steps
+    "data_wait",  # seconds of input wait (NaN waits left out)
+    "data_wait_count",  # rows whose input wait was observable (not NaN)
+    "callback_time",
+    "eager",  # rows that ran eagerly
+    "host_bytes",
+    "loss_count",  # rows that reported a loss
+    "loss_nonfinite",  # rows that reported a NaN or infinite loss
+)
+"""The per-phase sums kept for rows that a long run's step table no longer holds."""
+
+
+@dataclass
+class DroppedSteps:
+    """Step rows that were recorded but are not in the step table, as exact per-phase sums.
+
+    A long run's table keeps its first `full_rows` rows, then one row in `stride` (a uniform
+    sample, which medians and percentiles come from); every row left out is added here, so
+    counts and totals over the whole run stay exact while the table's memory stays bounded.
+    """
+
+    full_rows: int  # rows kept at full resolution, from the first
+    stride: int  # past them, one row in `stride` is kept
+    # name in DROPPED_SUMS -> a value per phase (index into PHASES)
+    sums: dict[str, np.ndarray] = field(
+        default_factory=lambda: {name: np.zeros(len(PHASES)) for name in DROPPED_SUMS}
+    )
+
+    @property
+    def count(self) -> int:
+        return int(self.sums["count"].sum())
+
+    def total(self, name: str, phase: str | None = None) -> float:
+        """The sum `name` over the dropped rows of `phase` (of every phase for None)."""
+        values = self.sums[name]
+        return float(values.sum() if phase is None else values[PHASES.index(phase)])
+
+
 @dataclass
 class TraceEvent:
     """One tracing of a tf.function (a new concrete function was built)."""
@@ -179,22 +219,63 @@ class Record:
     models: list[ModelBuilt] = field(default_factory=list)
     config_calls: list[ConfigCall] = field(default_factory=list)
     callback_seconds: dict[str, float] = field(default_factory=dict)  # callback class -> s
+    # Rows a long run's table left out, as exact sums (None: the table holds every row).
+    dropped: DroppedSteps | None = None
+    # Where the table is reduced: each row's index among all rows recorded (None: 0, 1, 2...)
+    step_index: np.ndarray | None = None
 
     @property
     def step_count(self) -> int:
+        """Rows in the step table (fewer than `steps_recorded` where the table is reduced)."""
         return int(self.steps["start"].shape[0])
+
+    @property
+    def reduced(self) -> bool:
+        """The step table holds a sample of the rows past `dropped.full_rows`, not all."""
+        return self.dropped is not None and self.dropped.count > 0
+
+    @property
+    def steps_recorded(self) -> int:
+        """Rows recorded in the run, every phase, the ones the table left out included."""
+        return self.step_count + (self.dropped.count if self.dropped is not None else 0)
 
     def phase_mask(self, phase: str) -> np.ndarray:
         return self.steps["phase"] == PHASES.index(phase)
 
     def phase_counts(self) -> dict[str, int]:
-        counts = np.bincount(self.steps["phase"], minlength=len(PHASES))
+        """Rows recorded per phase, exact also where the table is reduced."""
+        counts = np.bincount(self.steps["phase"], minlength=len(PHASES))[: len(PHASES)]
+        if self.dropped is not None:
+            counts = counts + self.dropped.sums["count"].astype(np.int64)
         return {name: int(counts[i]) for i, name in enumerate(PHASES) if counts[i]}
+
+    def phase_total(self, name: str, phase: str) -> float:
+        """The sum `name` (one of DROPPED_SUMS) over every row of `phase` recorded, exact also
+        where the table is reduced: the table's rows plus the rows it left out."""
+        steps = self.steps
+        rows = self.phase_mask(phase)
+        if name == "count":
+            kept = float(np.count_nonzero(rows))
+        elif name == "data_wait":
+            kept = float(np.nansum(steps["data_wait"][rows]))
+        elif name == "data_wait_count":
+            kept = float(np.count_nonzero(~np.isnan(steps["data_wait"][rows])))
+        elif name == "eager":
+            kept = float(np.count_nonzero(steps["eager"][rows]))
+        elif name == "loss_count":
+            kept = float(np.count_nonzero(~steps["no_loss"][rows]))
+        elif name == "loss_nonfinite":
+            reported = rows & ~steps["no_loss"]
+            kept = float(np.count_nonzero(~np.isfinite(steps["loss"][reported])))
+        else:
+            kept = float(steps[name][rows].sum(dtype=np.float64))
+        return kept + (self.dropped.total(name, phase) if self.dropped is not None else 0.0)
 
     def nbytes(self) -> int:
         """Bytes held by the columnar tables (the part that grows with the number of steps)."""
         tables = (self.steps, self.memory, self.nvml, self.gc)
-        return sum(int(a.nbytes) for table in tables for a in table.values())
+        index = self.step_index.nbytes if self.step_index is not None else 0
+        return sum(int(a.nbytes) for table in tables for a in table.values()) + int(index)
 
     def to_dataframe(self):  # -> pandas.DataFrame
         """The per-step table, a row per step, with phase and kind as categoricals."""
@@ -204,6 +285,8 @@ class Record:
         data["phase"] = pd.Categorical.from_codes(self.steps["phase"].astype(np.int8), PHASES)
         data["kind"] = pd.Categorical.from_codes(self.steps["kind"].astype(np.int8), KINDS)
         frame = pd.DataFrame(data)
+        if self.step_index is not None:  # a reduced table: each row's index among all rows
+            frame.index = pd.Index(self.step_index)
         frame.index.name = "step"
         return frame
 

@@ -4,6 +4,11 @@ Probes call into one `Recorder` from the hot path (once or twice per step), so e
 does a few clock reads and array appends and nothing more. Slow facts (process memory, GPU
 memory) are sampled at most every `memory_interval` seconds. `finish()` turns the appended
 columns into a `Record`; nothing in this module imports TensorFlow.
+
+The step table's memory is bounded: its first `full_rows` rows are kept as they came; past
+them, whenever the buffer holds `tail_rows` more, it is thinned to one row in `stride` (a
+uniform sample, `stride` doubling as the run goes on) and every row left out is added to exact
+per-phase sums, so counts and totals stay exact however long the run.
 """
 
 from __future__ import annotations
@@ -13,11 +18,21 @@ import threading
 from array import array
 from collections.abc import Callable
 from time import perf_counter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .record import KINDS, PHASES, STEP_COLUMNS, ErrorInfo, LoopInfo, Record, WarningRecord
+from .record import (
+    DROPPED_SUMS,
+    KINDS,
+    PHASES,
+    STEP_COLUMNS,
+    DroppedSteps,
+    ErrorInfo,
+    LoopInfo,
+    Record,
+    WarningRecord,
+)
 
 PHASE = {name: i for i, name in enumerate(PHASES)}
 KIND = {name: i for i, name in enumerate(KINDS)}
@@ -49,6 +64,19 @@ _LOOP_KIND = KINDS.index("loop")
 _LOOP_PHASE = PHASES.index("loop")
 _PHASE = ROW_FIELDS.index("phase")
 _CALLBACK = ROW_FIELDS.index("callback_time")
+_START = ROW_FIELDS.index("start")
+_WAIT = ROW_FIELDS.index("data_wait")
+_EAGER = ROW_FIELDS.index("eager")
+_HOST_BYTES = ROW_FIELDS.index("host_bytes")
+_SUM = {name: i for i, name in enumerate(DROPPED_SUMS)}
+# The step table keeps its first FULL_ROWS rows as they came (29 MB of float64 rows); past them
+# the buffer holds at most TAIL_ROWS more before it is thinned, so a run of any length holds
+# (FULL_ROWS + TAIL_ROWS) * WIDTH * 8 bytes (37 MB) of rows at the most.
+FULL_ROWS = 1 << 18
+TAIL_ROWS = 1 << 16
+# The newest rows a thinning leaves as they are: a Keras batch's callbacks add their time to the
+# batch's row after it was appended, also when a callback's own predict appended rows since.
+KEEP_RAW = 1024
 MAX_WARNINGS = 1000
 # A loop that has run this many iterations without a step inside any of them (an element-wise
 # Python loop) is counted from then on, not recorded row by row: the totals stay exact and
@@ -72,21 +100,60 @@ class OpenLoop:
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
 
 
+class StepMark(NamedTuple):
+    """Where the run stood when the mark was taken (see `Recorder.step_mark`)."""
+
+    steps: int  # rows recorded before the mark
+    seconds: float  # seconds inside those rows
+
+
+class StepRows(NamedTuple):
+    """Rows of the step table that a reader has not read yet (see `Recorder.rows_since`)."""
+
+    rows: np.ndarray  # (n, WIDTH) float64, ROW_FIELDS order, in the order they were recorded
+    position: int  # rows recorded up to the last of them: the next call's `position`
+    dropped: np.ndarray  # rows per phase recorded past `position` that the table left out
+
+
 class Recorder:
     """Shared state of one profiling run, appended to by the probes."""
 
-    def __init__(self, memory_interval: float = 0.05) -> None:
+    def __init__(
+        self,
+        memory_interval: float = 0.05,
+        full_rows: int = FULL_ROWS,
+        tail_rows: int = TAIL_ROWS,
+    ) -> None:
         self.t0 = perf_counter()
         self.thread_id = threading.get_ident()
         self.memory_interval = memory_interval
         self._rows = array("d")  # WIDTH float64 per step, in ROW_FIELDS order
+        # The table's layout (see `_thin`): rows [0, full_rows) as they came, then `_sampled`
+        # rows of the thinned region (the rows full_rows + k * _stride of the run), then the
+        # rows from `_raw_start` on, as they came, at row index - `_raw_offset` in `_rows`.
+        # Before the first thinning every row is where it came: _raw_start = _raw_offset = 0.
+        self.full_rows = full_rows
+        self.tail_rows = tail_rows
+        self._keep_raw = min(KEEP_RAW, tail_rows // 4)
+        self._stride = 1
+        self._sampled = 0
+        self._raw_start = 0
+        self._raw_offset = 0
+        self._thin_at = full_rows + tail_rows - 1  # the row index at which the buffer is full
+        self._layout = 0  # odd while a thinning moves rows (a reader on another thread retries)
+        self._dropped = np.zeros((len(DROPPED_SUMS), len(PHASES)))  # sums of rows left out
+        self._unseen = np.zeros(len(PHASES), dtype=np.int64)  # left out before a reader read
+        self._read_upto = 0  # the position `rows_since` handed out last
+        self._seconds_upto = 0  # `_seconds_before` is the seconds inside rows before this one
+        self._seconds_before = 0.0
+        self._handed_over = False  # `finish` turned the rows into a Record
         self.functions: dict[int, Any] = {}  # id(tf.function) -> FunctionEntry, see tf_functions
         self.retired_functions: list[Any] = []  # entries of functions that are gone
         self.traces: list[Any] = []  # TraceEvent, appended while tracing
         self.optimizer_depth = 0
         self.fused_groups: list[tuple[float, int]] = []  # (start, steps) of each fused call
         self.t0_wall = ""
-        self.count = 0
+        self.count = 0  # rows recorded (the rows a thinning left out included)
         # Nesting: steps inside a Keras call or inside another step are not steps of their own.
         self.driver_depth = 0
         self.step_depth = 0
@@ -199,7 +266,8 @@ class Recorder:
             )
         else:
             share = (end - start) / fused
-            self.fused_groups.append((start - t0, fused))
+            if self.count < self.full_rows + self.tail_rows:  # only full-resolution rows use it
+                self.fused_groups.append((start - t0, fused))
             rows = self._rows
             for i in range(fused):
                 rows.extend(
@@ -228,17 +296,50 @@ class Recorder:
             self._loss_values.append(loss)
             if index >= self._settle_by:  # LOSS_BATCH rows since the last read
                 self.settle_losses(keep_newest=True)
+        if index >= self._thin_at:  # the buffer is full: thin it (one compare per step)
+            self._thin()
         if end >= self._next_memory:
             self.sample_memory(end)
             if self.on_sample is not None:
                 self.on_sample(self)
 
+    def step_mark(self) -> StepMark:
+        """A mark of where the run stands, for `steps_since` and `seconds_since` (exact across
+        thinnings, unlike a row index)."""
+        self._advance_seconds()
+        return StepMark(self.count, self._seconds_before)
+
+    def steps_since(self, mark: StepMark) -> int:
+        """Rows recorded since `mark` was taken."""
+        return self.count - mark.steps
+
+    def seconds_since(self, mark: StepMark) -> float:
+        """Seconds inside the rows recorded since `mark` was taken."""
+        self._advance_seconds()
+        return self._seconds_before - mark.seconds
+
     def step_seconds(self, first_row: int) -> float:
-        """Seconds inside the steps appended since row `first_row`."""
+        """Seconds inside the steps appended since row `first_row` (`self.count` then).
+
+        Exact unless a thinning since then left out rows that came after `full_rows`; then the
+        left-out part is estimated from the kept sample. `step_mark` is exact in every case.
+        """
         if first_row >= self.count:
             return 0.0
+        if first_row >= self._raw_start:  # every row since is in the buffer, as it came
+            table = np.frombuffer(self._rows, dtype=np.float64)
+            begin = (first_row - self._raw_offset) * WIDTH
+            return float(table[begin + _DURATION :: WIDTH].sum())
+        self._advance_seconds()
         table = np.frombuffer(self._rows, dtype=np.float64)
-        return float(table[first_row * WIDTH + _DURATION :: WIDTH].sum())
+        durations = table[_DURATION::WIDTH]
+        full = self.full_rows
+        if first_row < full:  # the rows before it are all kept: exact
+            return self._seconds_before - float(durations[:first_row].sum())
+        first_kept = full + -(-(first_row - full) // self._stride)
+        sample_end = full + self._sampled
+        estimate = float(durations[first_kept:sample_end].sum()) * self._stride
+        return estimate + float(durations[sample_end:].sum())
 
     def add_callback_time(self, seconds: float, row: int | None = None) -> None:
         """Add Keras callback time to step `row` (default: the step appended last).
@@ -248,8 +349,23 @@ class Recorder:
         """
         if row is None:
             row = self.count - 1
-        if 0 <= row < self.count:
-            self._rows[row * WIDTH + _CALLBACK] += seconds
+        if row >= self._raw_start and row < self.count:  # where it came, as almost always
+            self._rows[(row - self._raw_offset) * WIDTH + _CALLBACK] += seconds
+        elif 0 <= row < self.count:
+            self._add_callback_time_earlier(row, seconds)
+
+    def _add_callback_time_earlier(self, row: int, seconds: float) -> None:
+        """A callback's time for a row that a thinning has moved or left out since."""
+        full = self.full_rows
+        kept, offset = divmod(row - full, self._stride) if row >= full else (row - full, 0)
+        position = full + kept  # the row itself, or the kept row before it
+        if not offset:
+            self._rows[position * WIDTH + _CALLBACK] += seconds
+            return
+        # Left out: its phase is no longer known; the kept row before it is of the same
+        # Keras call unless the callback recorded more than the rows a thinning leaves.
+        phase = int(self._rows[position * WIDTH + _PHASE])
+        self._dropped[_SUM["callback_time"], phase] += seconds
 
     def training_step_done(self, end: float) -> None:
         """A training step ended: the work of an eager step after it cannot begin earlier."""
@@ -305,11 +421,131 @@ class Recorder:
         except Exception:
             numbers = _read_each(values)
         buffer = self._rows
+        offset = self._raw_offset  # rows waiting are never thinned: `_thin` reads them first
         for row, number in zip(rows, numbers, strict=False):
             if number is None:
-                buffer[row * WIDTH + _NO_LOSS] = 1.0
+                buffer[(row - offset) * WIDTH + _NO_LOSS] = 1.0
             else:
-                buffer[row * WIDTH + _LOSS] = number
+                buffer[(row - offset) * WIDTH + _LOSS] = number
+
+    # -- bounded memory ------------------------------------------------------------------------
+
+    def _advance_seconds(self) -> None:
+        """Add the rows recorded since the last call to `_seconds_before` (they are all in the
+        buffer as they came: `_thin` calls this before it moves any)."""
+        start = self._seconds_upto
+        if start >= self.count:
+            return
+        table = np.frombuffer(self._rows, dtype=np.float64)
+        begin = (start - self._raw_offset) * WIDTH
+        self._seconds_before += float(table[begin + _DURATION :: WIDTH].sum())
+        self._seconds_upto = self.count
+
+    def _thin(self, final: bool = False) -> None:
+        """Make room in the buffer: keep one row in `_stride` of the rows past `full_rows`
+        (the stride doubles while the kept ones are more than half of `tail_rows`) and add
+        the rest to the exact sums. The newest `KEEP_RAW` rows stay (all of them at the end,
+        `final`, when the last rows are thinned like the others to keep the sample uniform).
+        """
+        self.settle_losses()  # every waiting loss is read into its row before rows move
+        self._advance_seconds()
+        self._layout += 1
+        try:
+            rows = self._compact(0 if final else self._keep_raw)
+            del self._rows[rows * WIDTH :]
+        finally:
+            self._layout += 1
+        self._thin_at = self.count + self.full_rows + self.tail_rows - rows - 1
+
+    def _compact(self, keep_raw: int) -> int:
+        """Move the kept rows into place (see `_thin`); returns the rows the buffer keeps."""
+        table = np.frombuffer(self._rows, dtype=np.float64).reshape(-1, WIDTH)
+        full, count, offset = self.full_rows, self.count, self._raw_offset
+        lo = max(self._raw_start, full)
+        hi = max(count - keep_raw, lo)
+        chunk = table[lo - offset : hi - offset]
+        keep = np.zeros(chunk.shape[0], dtype=bool)
+        keep[(full - lo) % self._stride :: self._stride] = True  # rows full + k * stride
+        self._drop(chunk[~keep], lo + np.flatnonzero(~keep))
+        kept = chunk[keep]
+        end = full + self._sampled
+        table[end : end + kept.shape[0]] = kept
+        self._sampled += kept.shape[0]
+        while self._sampled > self.tail_rows // 2:
+            sample = table[full : full + self._sampled]
+            odd = np.arange(1, self._sampled, 2)
+            self._drop(sample[1::2], full + odd * self._stride)
+            halved = sample[0::2].copy()
+            table[full : full + halved.shape[0]] = halved
+            self._sampled = halved.shape[0]
+            self._stride *= 2
+        end = full + self._sampled
+        newest = table[hi - offset : count - offset].copy()
+        table[end : end + newest.shape[0]] = newest
+        self._raw_start, self._raw_offset = hi, hi - end
+        return end + newest.shape[0]
+
+    def _drop(self, rows: np.ndarray, indices: np.ndarray) -> None:
+        """Add `rows` (recorded as rows `indices` of the run) to the sums of rows left out."""
+        if rows.shape[0] == 0:
+            return
+        phase = rows[:, _PHASE].astype(np.intp)
+        n = len(PHASES)
+        sums = self._dropped
+
+        def add(name: str, weights: np.ndarray | None = None) -> None:
+            sums[_SUM[name]] += np.bincount(phase, weights, minlength=n)[:n]
+
+        wait = rows[:, _WAIT]
+        seen = ~np.isnan(wait)
+        reported = rows[:, _NO_LOSS] == 0.0
+        add("count")
+        add("duration", rows[:, _DURATION])
+        add("data_wait", np.where(seen, wait, 0.0))
+        add("data_wait_count", seen.astype(np.float64))
+        add("callback_time", rows[:, _CALLBACK])
+        add("eager", rows[:, _EAGER])
+        add("host_bytes", rows[:, _HOST_BYTES])
+        add("loss_count", reported.astype(np.float64))
+        add("loss_nonfinite", (reported & ~np.isfinite(rows[:, _LOSS])).astype(np.float64))
+        unseen = indices >= self._read_upto
+        if unseen.any():
+            self._unseen += np.bincount(phase[unseen], minlength=n)[:n]
+
+    def rows_since(self, position: int) -> StepRows:
+        """The rows recorded from row `position` on that the table holds (a copy), and how
+        many rows per phase it left out past `position` since the last call; `position` is
+        the previous call's (0 at first). Safe on another thread while the run appends: a
+        call that meets a thinning returns nothing new, and the next one reads on from there.
+        """
+        layout = self._layout
+        count = self.count
+        nothing = StepRows(np.zeros((0, WIDTH)), position, np.zeros(len(PHASES), np.int64))
+        if self._handed_over or layout % 2 or position >= count:
+            return nothing
+        full = self.full_rows
+        if position >= self._raw_start:
+            first = position - self._raw_offset
+        elif position < full:
+            first = position
+        else:
+            first = full + -(-(position - full) // self._stride)
+        end = count - self._raw_offset
+        # A slice of an array.array is a copy: no buffer of the recorder's stays exported, so
+        # the hot path can keep appending.
+        chunk = self._rows[first * WIDTH : end * WIDTH]
+        if self._layout != layout or len(chunk) != (end - first) * WIDTH:
+            return nothing  # a thinning moved the rows meanwhile
+        dropped, self._unseen = self._unseen, np.zeros(len(PHASES), np.int64)
+        self._read_upto = count
+        return StepRows(np.frombuffer(chunk).reshape(-1, WIDTH), count, dropped)
+
+    def _step_indices(self, rows: int) -> np.ndarray:
+        """Each row's index among all the rows recorded, for the `rows` rows in the buffer."""
+        full = self.full_rows
+        raw = np.arange(self._raw_start, self._raw_start + rows - full - self._sampled)
+        sample = full + np.arange(self._sampled) * self._stride
+        return np.concatenate((np.arange(full), sample, raw)).astype(np.int64)
 
     # -- loops ---------------------------------------------------------------------------------
 
@@ -431,10 +667,11 @@ class Recorder:
             batch = int(size) if size == size and size > 0 else None
         code = PHASE[phase or "train"]
         phases = np.frombuffer(self._rows, dtype=np.float64)[_PHASE::WIDTH]
+        left_out = int(self._dropped[_SUM["count"], code])
         self.error = ErrorInfo(
             type=type(exc).__name__,
             message=_clip_message(message),
-            step=int(np.count_nonzero(phases == code)),
+            step=int(np.count_nonzero(phases == code)) + left_out,
             phase=phase,
             batch=batch,
         )
@@ -447,18 +684,29 @@ class Recorder:
         self.settle_losses()
         self.sample_memory()  # the last sample, with every reader still set
         self.rss_reader = self.gpu_reader = self.tensor_reader = None
-        table = np.frombuffer(self._rows, dtype=np.float64).reshape(-1, WIDTH)
-        self._rows = array("d")
-        steps = {
-            name: table[:, ROW_FIELDS.index(name)].astype(dtype)
-            if name in ROW_FIELDS
-            else np.zeros(table.shape[0], dtype=dtype)
-            for name, dtype in STEP_COLUMNS.items()
-        }
-        # Loop rows are appended when the iteration ends, after the steps inside it.
+        left_out: DroppedSteps | None = None
+        index: np.ndarray | None = None
+        if self._stride > 1:  # thinned: the last rows are thinned like the others
+            self._thin(final=True)
+            left_out = DroppedSteps(
+                full_rows=self.full_rows,
+                stride=self._stride,
+                sums={name: self._dropped[i].copy() for i, name in enumerate(DROPPED_SUMS)},
+            )
+            index = self._step_indices(len(self._rows) // WIDTH)
+            # Fused groups are spread over consecutive rows: only full-resolution rows have them.
+            first_thinned = self._rows[self.full_rows * WIDTH + _START]
+            self.fused_groups = [g for g in self.fused_groups if g[0] < first_thinned]
+        steps = self._columns()
+        # Loop rows are appended when the iteration ends, after the steps inside it. One
+        # column is sorted at a time, so only one extra column is alive at once.
         order = np.argsort(steps["start"], kind="stable")
         if order.size and np.any(order[1:] < order[:-1]):
-            steps = {name: column[order] for name, column in steps.items()}
+            for name in steps:
+                steps[name] = steps[name][order]
+            if index is not None:
+                index = index[order]
+        del order
         starts = steps["start"]
         mem_time = np.array(self.mem_time, dtype=np.float64)
         memory: dict[str, np.ndarray] = {
@@ -472,8 +720,10 @@ class Recorder:
         for device, (current, peak) in self.gpu_memory.items():
             memory[f"gpu:{device}:current"] = np.array(current, dtype=np.int64)
             memory[f"gpu:{device}:peak"] = np.array(peak, dtype=np.int64)
+        memory["step"] = self._rows_started(memory["step"], index)
         for warning in self.warnings:
-            warning.step = int(np.searchsorted(starts, warning.time, side="right"))
+            started = np.searchsorted(starts, [warning.time], side="right")
+            warning.step = int(self._rows_started(started, index)[0])
         for loop in self.loops:
             iterations, seconds, wait, dropped = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0))
             loop.iterations = int(iterations)
@@ -493,7 +743,32 @@ class Recorder:
             models=list(self.models),
             config_calls=list(self.config_calls),
             callback_seconds=dict(self.callback_seconds),
+            dropped=left_out,
+            step_index=index,
         )
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        """The buffer as typed columns; the float64 buffer is released before they are
+        sorted, so it and its copies are never alive together."""
+        table = np.frombuffer(self._rows, dtype=np.float64).reshape(-1, WIDTH)
+        steps = {
+            name: table[:, ROW_FIELDS.index(name)].astype(dtype)
+            if name in ROW_FIELDS
+            else np.zeros(table.shape[0], dtype=dtype)
+            for name, dtype in STEP_COLUMNS.items()
+        }
+        del table
+        self._rows = array("d")
+        self._handed_over = True
+        return steps
+
+    @staticmethod
+    def _rows_started(positions: np.ndarray, index: np.ndarray | None) -> np.ndarray:
+        """Rows recorded up to each of `positions` (rows of the start-sorted table)."""
+        if index is None or index.size == 0:
+            return positions
+        reached = np.maximum.accumulate(index) + 1
+        return np.where(positions > 0, reached[np.clip(positions - 1, 0, None)], 0)
 
 
 def _caused_by(exc: BaseException, origin: BaseException) -> bool:

@@ -2,6 +2,8 @@
 
 Warm-up steps are kept apart from the steady state: the first step of each phase (it builds
 iterators, variables and the runtime) and every step during which a tf.function was traced.
+Counts and totals include the rows a long run's reduced table left out (`Record.dropped`);
+medians and percentiles come from the rows it kept.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
     for code, name in enumerate(PHASES):
         rows = steps["phase"] == code
         count = int(rows.sum())
-        if not count:
+        if not count:  # a phase whose rows a reduced table left out all is not summarized
             continue
         durations = steps["duration"][rows]
         steady = durations[~warm[rows]]
@@ -87,6 +89,17 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
         span = float((starts + durations).max() - starts.min())
         waits = steps["data_wait"][rows]
         seen = ~np.isnan(waits)
+        total_time = float(durations.sum())
+        data_wait = float(waits[seen].sum()) if seen.any() else None
+        callback_time = float(steps["callback_time"][rows].sum())
+        eager_steps = int(steps["eager"][rows].sum())
+        if record.dropped is not None:  # a reduced table: add the rows it left out
+            count = int(record.phase_total("count", name))
+            total_time = record.phase_total("duration", name)
+            if seen.any() or record.dropped.total("data_wait_count", name) > 0:
+                data_wait = record.phase_total("data_wait", name)
+            callback_time = record.phase_total("callback_time", name)
+            eager_steps = int(record.phase_total("eager", name))
         result[name] = PhaseStats(
             phase=name,
             count=count,
@@ -97,12 +110,12 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
             median_all=float(np.median(durations)),
             warmup_count=int(warm[rows].sum()),
             warmup_time=float(durations[warm[rows]].sum()),
-            total_time=float(durations.sum()),
+            total_time=total_time,
             span=span,
             steps_per_second=count / span if span > 0 else None,
-            data_wait=float(waits[seen].sum()) if seen.any() else None,
-            callback_time=float(steps["callback_time"][rows].sum()),
-            eager_steps=int(steps["eager"][rows].sum()),
+            data_wait=data_wait,
+            callback_time=callback_time,
+            eager_steps=eager_steps,
             fused=int(steps["fused"][rows].max()),
         )
     return result
@@ -114,6 +127,13 @@ def time_split(record: Record) -> TimeSplit:
     compute = _covered_time(steps["start"][~is_loop], steps["duration"][~is_loop])
     loop_waits = steps["data_wait"][is_loop]
     data_wait = float(np.nansum(loop_waits)) if loop_waits.size else 0.0
+    if record.dropped is not None:
+        # Rows a reduced table left out: their waits are exact; their time is counted as the
+        # kept rows' is (overlaps, where an eager step holds function rows, shrink it alike).
+        data_wait += record.dropped.total("data_wait", "loop")
+        kept = float(steps["duration"][~is_loop].sum())
+        left_out = record.dropped.total("duration") - record.dropped.total("duration", "loop")
+        compute += left_out * (compute / kept if kept > 0 else 1.0)
     wall = float(record.wall_time)
     observable = bool(is_loop.any())
     keras_steps = bool((steps["kind"] == KINDS.index("keras")).any())
@@ -196,4 +216,4 @@ def gc_stats(record: Record) -> dict[str, float | int]:
 
 
 def training_step_count(record: Record) -> int:
-    return int(record.phase_mask("train").sum())
+    return record.phase_counts().get("train", 0)

@@ -18,6 +18,7 @@ from .dash_findings import finding_html, sorted_findings
 from .dash_table import csv_text, data_link, table_html
 from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
 from .plots import png_data_uri
+from .summary import table_note
 from .text import (
     KERAS_FUNCTIONS_NOTE,
     headline,
@@ -158,6 +159,9 @@ def overview_html(report: dict[str, Any]) -> str:
             '<p class="muted">Median and p90 are steady state: warm-up steps '
             "(first of a phase, or tracing) are excluded.</p>"
         )
+        note = table_note(report)
+        if note:
+            parts.append(f'<p class="muted">{e(note[0].upper() + note[1:])}.</p>')
     else:
         parts.append("<p>No steps were recorded.</p>")
     split = report["time_split"]

@@ -195,17 +195,14 @@ class LiveView:
                 )
 
     def _read_new_rows(self, rec: Any) -> None:
-        rows = rec._rows
-        total = len(rows) // self._width
-        if total < self._seen:  # the recorder handed its rows over (end of the run)
+        # The recorder's own reader: it survives the thinnings of a long run's table, and
+        # counts the rows a thinning left out before they were read.
+        new = rec.rows_since(self._seen)
+        self._seen = new.position
+        self._counts += new.dropped
+        table = new.rows
+        if table.shape[0] == 0:
             return
-        if total == self._seen:
-            return
-        # A slice of an array.array is a copy: no buffer of the recorder's stays exported, so
-        # the hot path can keep appending.
-        chunk = np.frombuffer(rows[self._seen * self._width : total * self._width])
-        table = chunk.reshape(-1, self._width)
-        self._seen = total
         phase = table[:, self._phase].astype(np.int64)
         duration = table[:, self._duration]
         last_end = float(np.nanmax(table[:, self._start] + duration))

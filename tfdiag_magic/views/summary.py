@@ -2,7 +2,9 @@
 
 Later versions add fields to schema 1; they never rename or remove one. Added since: ``comparison``
 (a run made with ``--compare NAME``), ``sweep`` (``--sweep NAME=V1,V2,...``), both null when
-absent, and ``stored_as`` (the variable holding the result, null when none).
+absent, ``stored_as`` (the variable holding the result, null when none), ``steps.recorded``
+(rows recorded, ``steps.rows`` being those the table holds) and ``steps.reduced`` (how a long
+run's table was thinned, null when it holds every row).
 """
 
 from __future__ import annotations
@@ -57,6 +59,25 @@ def _grouped_warnings(record: Record) -> list[dict[str, Any]]:
     return ordered[:MAX_WARNINGS_IN_REPORT]
 
 
+def _reduced(record: Record) -> dict[str, int] | None:
+    dropped = record.dropped
+    if dropped is None or not record.reduced:
+        return None
+    return {"full_rows": dropped.full_rows, "stride": dropped.stride, "left_out": dropped.count}
+
+
+def table_note(report: dict[str, Any]) -> str | None:
+    """The line that says a long run's step table was reduced, and what stays exact."""
+    reduced = report["steps"].get("reduced")
+    if not reduced:
+        return None
+    return (
+        f"steps past {reduced['full_rows']:,} are kept one in {reduced['stride']:,} in the "
+        f"step table ({report['steps']['rows']:,} of {report['steps']['recorded']:,} rows); "
+        "counts and totals are exact, medians and percentiles come from the kept rows"
+    )
+
+
 def build_report(
     record: Record,
     findings: list[Finding],
@@ -78,8 +99,10 @@ def build_report(
         "steps": {
             "count": training_step_count(record),
             "rows": record.step_count,
+            "recorded": record.steps_recorded,
+            "reduced": _reduced(record),
             "phases": {name: stats.to_dict() for name, stats in phases.items()},
-            "eager": int(record.steps["eager"].sum()),
+            "eager": sum(stats.eager_steps for stats in phases.values()),
         },
         "time_split": split.to_dict(),
         "memory": memory.to_dict(),

@@ -9,6 +9,7 @@ import textwrap
 from typing import Any
 
 from .experiments import comparison_text, insert_cell, sweep_text
+from .summary import table_note
 from .units import rate, seconds, share, size
 
 # Measured (Keras 3.15): per model, fit/evaluate/predict reuse one train, test and predict
@@ -87,6 +88,9 @@ def render_text(report: dict[str, Any]) -> str:
                 f"{rate(p['steps_per_second']):>10}  {warm}{fused}"
             )
         out.append("  (median and p90: steady state, warm-up steps excluded)")
+        note = table_note(report)
+        if note:
+            out.append(f"  ({note})")
         if any(not p["steady_count"] for p in phases.values()):
             out.append("  * every step of the phase was warm-up (it traced): median of all steps")
     else:

@@ -121,8 +121,8 @@ class Recorder:
     def __init__(
         self,
         memory_interval: float = 0.05,
-        full_rows: int = FULL_ROWS,
-        tail_rows: int = TAIL_ROWS,
+        full_rows: int | None = None,
+        tail_rows: int | None = None,
     ) -> None:
         self.t0 = perf_counter()
         self.thread_id = threading.get_ident()
@@ -132,8 +132,9 @@ class Recorder:
         # rows of the thinned region (the rows full_rows + k * _stride of the run), then the
         # rows from `_raw_start` on, as they came, at row index - `_raw_offset` in `_rows`.
         # Before the first thinning every row is where it came: _raw_start = _raw_offset = 0.
-        self.full_rows = full_rows
-        self.tail_rows = tail_rows
+        # None: the module's limits, read here so that a test can set them for a whole session
+        self.full_rows = full_rows = FULL_ROWS if full_rows is None else full_rows
+        self.tail_rows = tail_rows = TAIL_ROWS if tail_rows is None else tail_rows
         self._keep_raw = min(KEEP_RAW, tail_rows // 4)
         self._stride = 1
         self._sampled = 0
@@ -539,6 +540,11 @@ class Recorder:
         dropped, self._unseen = self._unseen, np.zeros(len(PHASES), np.int64)
         self._read_upto = count
         return StepRows(np.frombuffer(chunk).reshape(-1, WIDTH), count, dropped)
+
+    @property
+    def rows_held(self) -> int:
+        """Rows the buffer holds now (at most `full_rows + tail_rows`, plus one fused call)."""
+        return len(self._rows) // WIDTH
 
     def _step_indices(self, rows: int) -> np.ndarray:
         """Each row's index among all the rows recorded, for the `rows` rows in the buffer."""

@@ -1,0 +1,242 @@
+"""The step table's bounded memory: past `full_rows` rows the recorder thins its table to a
+uniform sample, and every row it leaves out goes into exact per-phase sums.
+
+Rows go through `Recorder.add_step` exactly as the probes send them, with small limits so that
+many thinnings happen in a fraction of a second; the last test profiles a real tf.function loop
+under `%%tfprofile` with the limits lowered.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.helpers import profiled
+from tfdiag_magic import recorder as recorder_module
+from tfdiag_magic.record import PHASES
+from tfdiag_magic.recorder import KIND, PHASE, ROW_FIELDS, Recorder
+from tfdiag_magic.views.summary import build_report
+from tfdiag_magic.views.text import render_text
+
+FULL, TAIL = 200, 64
+LOSS, PHASE_COL, START = (ROW_FIELDS.index(n) for n in ("loss", "phase", "start"))
+
+
+class DeviceLoss:
+    """A loss as a device tensor comes: not a Python float, read later with float()."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+
+def _feed(rec: Recorder, n: int) -> dict[str, dict[str, float]]:
+    """`n` rows of rotating phases with known values; returns the sums fed per phase."""
+    fed = {p: {"count": 0, "duration": 0.0, "data_wait": 0.0, "eager": 0} for p in PHASES}
+    rotation = ("train", "train", "eval", "loop", "function")
+    for i in range(n):
+        phase = rotation[i % len(rotation)]
+        start = rec.t0 + i * 0.01
+        duration = 0.001 * (1 + i % 7)
+        wait = 0.0005 * (i % 3) if phase == "loop" else math.nan
+        eager = i % 4 == 0
+        kind = "loop" if phase == "loop" else "marker"
+        rec.add_step(PHASE[phase], KIND[kind], start, start + duration, wait, -1, eager, float(i))
+        sums = fed[phase]
+        sums["count"] += 1
+        sums["duration"] += duration
+        sums["data_wait"] += 0.0 if math.isnan(wait) else wait
+        sums["eager"] += eager
+    return fed
+
+
+def test_counts_and_totals_stay_exact_past_the_limit():
+    rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+    fed = _feed(rec, 20_000)
+    record = rec.finish()
+    assert record.reduced
+    assert record.steps_recorded == 20_000
+    assert record.step_count < 20_000
+    counts = record.phase_counts()
+    for phase, sums in fed.items():
+        assert counts.get(phase, 0) == sums["count"], phase
+        if not sums["count"]:
+            continue
+        assert record.phase_total("count", phase) == sums["count"]
+        assert record.phase_total("duration", phase) == pytest.approx(sums["duration"], rel=1e-9)
+        assert record.phase_total("data_wait", phase) == pytest.approx(sums["data_wait"])
+        assert record.phase_total("eager", phase) == sums["eager"]
+
+
+def test_the_buffer_never_holds_more_than_the_cap_and_the_first_rows_stay_intact():
+    rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+    held = []
+    for chunk in range(100):
+        _feed_from(rec, chunk * 100, 100)
+        held.append(rec.rows_held)
+    assert max(held) <= FULL + TAIL
+    record = rec.finish()
+    assert record.step_count <= FULL + TAIL
+    # The first FULL rows are exactly the rows recorded first, every column as fed.
+    np.testing.assert_array_equal(record.step_index[:FULL], np.arange(FULL))
+    np.testing.assert_array_equal(record.steps["loss"][:FULL], np.arange(FULL, dtype=np.float32))
+    # Past them, a uniform sample: one row in `stride`, each row its own values.
+    stride = record.dropped.stride
+    past = record.step_index[FULL:]
+    assert stride > 1 and np.all(np.diff(past) == stride) and (past[0] - FULL) % stride == 0
+    np.testing.assert_array_equal(record.steps["loss"], record.step_index.astype(np.float32))
+    frame = record.to_dataframe()
+    assert frame.index[-1] == record.step_index[-1]
+
+
+def _feed_from(rec: Recorder, first: int, n: int) -> None:
+    for i in range(first, first + n):
+        start = rec.t0 + i * 0.01
+        rec.add_step(PHASE["train"], KIND["marker"], start, start + 0.001, math.nan, -1, False, i)
+
+
+def test_a_thinning_in_the_middle_of_fit_keeps_losses_and_callback_times_on_their_rows():
+    """Keras-like batches: device losses read later, callback time added after the row, and
+    every 40th batch a callback that runs predict (rows of its own) before its time is added."""
+    rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+    callbacks = {}  # row index -> callback seconds given to it
+    for batch in range(3_000):
+        start = rec.t0 + batch * 0.01
+        rec.add_step(
+            PHASE["train"],
+            KIND["keras"],
+            start,
+            start + 0.002,
+            math.nan,
+            0,
+            False,
+            DeviceLoss(batch * 0.5),
+        )
+        row = rec.count - 1
+        if batch % 40 == 39:  # the callback predicts: 3 rows appended after the batch's row
+            for k in range(3):
+                s = start + 0.003 + k * 0.001
+                rec.add_step(PHASE["predict"], KIND["keras"], s, s + 0.0005, math.nan, 0, False)
+        seconds = 0.0001 * (1 + batch % 5)
+        rec.add_callback_time(seconds, row=row)
+        callbacks[row] = seconds
+    record = rec.finish()
+    assert record.reduced
+    steps = record.steps
+    train = record.phase_mask("train")
+    index = record.step_index[train]
+    expected_loss = {row: n * 0.5 for n, row in enumerate(sorted(callbacks))}
+    np.testing.assert_allclose(steps["loss"][train], [expected_loss[i] for i in index])
+    np.testing.assert_allclose(steps["callback_time"][train], [callbacks[i] for i in index])
+    assert np.all(steps["callback_time"][~train] == 0)
+    assert record.phase_total("callback_time", "train") == pytest.approx(sum(callbacks.values()))
+    assert record.phase_counts() == {"train": 3_000, "predict": 3 * 75}
+    assert record.dropped.total("loss_count", "train") + np.count_nonzero(train) == 3_000
+
+
+def test_step_marks_and_the_error_step_are_exact_across_thinnings():
+    rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+    _feed_from(rec, 0, 150)
+    mark = rec.step_mark()
+    _feed_from(rec, 150, 5_000)
+    assert rec.steps_since(mark) == 5_000
+    assert rec.seconds_since(mark) == pytest.approx(5_000 * 0.001, rel=1e-9)
+    assert rec.step_seconds(150) == pytest.approx(5_000 * 0.001, rel=1e-9)  # before the limit
+    late = rec.step_mark()
+    _feed_from(rec, 5_150, 77)
+    assert rec.seconds_since(late) == pytest.approx(77 * 0.001, rel=1e-9)
+    rec.note_failure(error := RuntimeError("boom"), PHASE["train"])
+    rec.set_error(error)
+    assert rec.error.step == 5_227
+
+
+def test_the_live_reader_sees_every_kept_row_once_across_thinnings():
+    rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+    position, seen, counts = 0, [], np.zeros(len(PHASES), dtype=np.int64)
+
+    def read() -> None:
+        nonlocal position, counts
+        new = rec.rows_since(position)
+        position = new.position
+        counts += new.dropped
+        counts += np.bincount(new.rows[:, PHASE_COL].astype(np.int64), minlength=len(PHASES))
+        seen.extend(new.rows[:, LOSS].astype(np.int64).tolist())
+
+    for first in range(0, 6_000, 97):  # reads between thinnings and across them
+        _feed_from(rec, first, 97)
+        read()
+    read()
+    assert len(seen) == len(set(seen))  # no row twice
+    assert seen == sorted(seen)
+    assert int(counts[PHASE["train"]]) == rec.count  # what was read plus what was left out
+    record = rec.finish()
+    assert set(record.step_index.tolist()) <= set(seen)  # every row the table keeps was read
+    assert rec.rows_since(position).rows.shape[0] == 0  # handed over: nothing more to read
+
+
+def test_the_report_says_the_table_was_reduced_and_gives_exact_counts():
+    rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+    fed = _feed(rec, 10_000)
+    record = rec.finish()
+    report = build_report(record, [])
+    assert report["steps"]["count"] == fed["train"]["count"]
+    assert report["steps"]["recorded"] == 10_000
+    assert report["steps"]["phases"]["eval"]["count"] == fed["eval"]["count"]
+    assert report["steps"]["phases"]["train"]["total_time"] == pytest.approx(
+        fed["train"]["duration"], rel=1e-9
+    )
+    assert report["steps"]["eager"] == sum(sums["eager"] for sums in fed.values())
+    stride = record.dropped.stride
+    text = render_text(report)
+    assert f"steps past {FULL:,} are kept one in {stride:,} in the step table" in text
+    assert "counts and totals are exact" in text
+
+
+def test_a_short_run_keeps_every_row_and_says_nothing_of_a_reduction():
+    rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+    _feed(rec, FULL + TAIL - 1)
+    record = rec.finish()
+    assert record.dropped is None and record.step_index is None and not record.reduced
+    assert record.step_count == FULL + TAIL - 1
+    assert "kept one in" not in render_text(build_report(record, []))
+
+
+def test_a_profiled_tf_function_loop_past_the_limit_reports_exact_step_counts(ip, monkeypatch):
+    monkeypatch.setattr(recorder_module, "FULL_ROWS", 300)
+    monkeypatch.setattr(recorder_module, "TAIL_ROWS", 128)
+    ip.run_cell(
+        "import tensorflow as tf\n"
+        "v = tf.Variable(0.0)\n"
+        "@tf.function\n"
+        "def step(x):\n"
+        "    v.assign_add(x)\n"
+        "    return v * 2.0\n"
+        "@tf.function\n"
+        "def check(x):\n"
+        "    return x + 1.0\n"
+    )
+    result, r = profiled(
+        ip,
+        "for i in range(3000):\n"
+        "    step(tf.constant(1.0))\n"
+        "    if i % 10 == 0:\n"
+        "        check(tf.constant(1.0))\n",
+    )
+    assert result.success
+    record = r.record
+    assert record.reduced
+    assert record.step_count <= 300 + 128
+    counts = record.phase_counts()
+    assert counts["loop"] == 3000
+    # `step` updates a variable: a training step; `check` is a function row of its own
+    assert counts == {"train": 3000, "loop": 3000, "function": 300}
+    assert float(ip.user_ns["v"].numpy()) == 3000.0
+    assert "train=3000, loop=3000, function=300" in repr(r)
+    report = build_report(record, [])
+    assert report["steps"]["count"] == 3000
+    assert report["steps"]["recorded"] == 6300
+    assert "kept one in" in render_text(report)

@@ -165,7 +165,7 @@ def test_input_bound_slow_generator_given_to_fit(img):
     assert ev["api"] == "fit"
     assert ev["batches_made"] >= 30
     assert ev["generator_s_per_batch"] >= 0.01
-    assert ev["generator_share_of_step_time"] >= 0.8
+    assert ev["generator_share_of_step_time"] >= 0.8 or ev["wait_share_in_run"] >= 0.2
     assert ev["generator_s"] >= 0.3
 
 
@@ -309,7 +309,7 @@ def test_input_bound_pydataset_building_batches_sample_by_sample(img):
     # Timed in-run: Keras' own calls (32 batches, and the first ones again for its specs).
     assert ev["batches_made"] == img.user_ns["data"].calls >= 32
     assert ev["generator_s_per_batch"] >= 16 * 0.002
-    assert ev["generator_share_of_step_time"] >= 0.8
+    assert ev["generator_share_of_step_time"] >= 0.8 or ev["wait_share_in_run"] >= 0.2
     assert "PyDataset" in f.title
     assert vars(img.user_ns["Images"])["__getitem__"] is getitem  # put back
 

@@ -1,0 +1,212 @@
+"""The tool's own memory for the per-step table: during and after a 10-million-step run, and
+per step on the real path.
+
+Run: ``.venv/bin/python benchmarks/resources.py``; ``STEPS=N`` sets the long run's steps
+(default 10,000,000), ``REAL_STEPS=N`` the real profiled loop's (default 200,000).
+
+1. A long run driven through `Recorder`'s public step API the way the probes drive it: each
+   step of a custom loop is a tf.function row (its loss a device value, read later in a batch)
+   and the loop iteration around it a loop row, so 10 M steps append 20 M rows. A real
+   end-to-end 10 M-step TensorFlow loop would take hours here. Each long run has a fresh
+   process of its own, and what is measured is, said which:
+   - RSS deltas over the process's size before the run (`/proc/self/statm`): the largest of
+     samples taken every 100 k steps, after `finish()` with the Record alive, and the peak
+     (`ru_maxrss`) over the run and `finish()` together;
+   - the rows buffer the recorder holds (`rows_held` x 112 bytes, largest sampled);
+   - the finished Record's `nbytes()`.
+   The same is measured for 1 M steps with the limit set above the run's rows: the unbounded
+   table the recorder kept before (same buffer, same `finish()` conversion).
+2. A real profiled loop of tiny tf.function steps through tfdiag_magic's session (the cell's
+   loop instrumented, every probe installed, as ``%%tfprofile`` runs it): rows, bytes per row
+   held while it runs and in the Record.
+
+Numbers are printed, never asserted: they depend on the machine and its neighbours.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+from time import perf_counter
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from tfdiag_magic.recorder import FULL_ROWS, KIND, PHASE, TAIL_ROWS, WIDTH, Recorder
+
+STEPS = int(os.environ.get("STEPS", 10_000_000))
+REAL_STEPS = int(os.environ.get("REAL_STEPS", 200_000))
+SAMPLE_EVERY = 100_000
+MB = 1e6
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss() -> int:
+    """Resident bytes of this process now."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+def peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+
+
+class DeviceLoss:
+    """Stands for a loss tensor: not a Python float, read with float() in a later batch."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+
+def long_run(steps: int, full_rows: int | None = None) -> dict[str, float]:
+    """`steps` steps of a custom loop through the recorder; its memory during and after."""
+    base_rss = rss()
+    rec = Recorder(full_rows=full_rows)
+    rec.memory_interval = math.inf  # no readers are set: the memory samples are not measured
+    train, function = PHASE["train"], KIND["tf_function"]
+    loop, loop_kind = PHASE["loop"], KIND["loop"]
+    add = rec.add_step
+    t = rec.t0
+    held = during_rss = 0
+    began = perf_counter()
+    for i in range(steps):
+        add(train, function, t + 0.0001, t + 0.0009, math.nan, -1, False, DeviceLoss(1.0), 1, 0)
+        add(loop, loop_kind, t, t + 0.001, 0.00005, -1, False, None, 1, 0)
+        t += 0.001
+        if i % SAMPLE_EVERY == 0:
+            held = max(held, rec.rows_held)
+            during_rss = max(during_rss, rss() - base_rss)
+    seconds = perf_counter() - began
+    held = max(held, rec.rows_held)
+    during_rss = max(during_rss, rss() - base_rss)
+    record = rec.finish()
+    counts = record.phase_counts()
+    assert counts == {"train": steps, "loop": steps}, counts  # the run itself, not a timing
+    return {
+        "steps": steps,
+        "rows": 2 * steps,
+        "us_per_step": seconds / steps * 1e6,
+        "held_rows": held,
+        "held_bytes": held * WIDTH * 8,
+        "during_rss": during_rss,
+        "after_rss": rss() - base_rss,
+        "peak_rss": peak_rss() - base_rss,
+        "nbytes": record.nbytes(),
+        "table_rows": record.step_count,
+        "stride": record.dropped.stride if record.dropped is not None else 1,
+    }
+
+
+def long_run_apart(steps: int, full_rows: int | None = None) -> dict[str, float]:
+    """`long_run` in a fresh interpreter, so that RSS and its peak are this run's alone."""
+    command = [sys.executable, __file__, "--long", str(steps), str(full_rows or 0)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def report_long(label: str, r: dict[str, float]) -> None:
+    rows = r["rows"]
+    print(f"\n{label}: {r['steps']:,} steps, {rows:,} rows ({r['us_per_step']:.2f} us/step)")
+    print(f"  rows buffer held (rows_held x 112 B, max):   {r['held_bytes'] / MB:8.1f} MB")
+    print(f"  RSS delta during the run (max of samples):   {r['during_rss'] / MB:8.1f} MB")
+    print(f"  peak RSS delta, run and finish() (maxrss):   {r['peak_rss'] / MB:8.1f} MB")
+    print(f"  RSS delta after finish(), Record alive:      {r['after_rss'] / MB:8.1f} MB")
+    print(
+        f"  Record.nbytes():                             {r['nbytes'] / MB:8.1f} MB"
+        f"  ({r['table_rows']:,} rows in the table, one in {r['stride']} past {FULL_ROWS:,})"
+    )
+    print(
+        f"  bytes per recorded row: buffer {r['held_bytes'] / rows:.2f}, "
+        f"peak RSS {r['peak_rss'] / rows:.2f}, Record {r['nbytes'] / rows:.2f}"
+    )
+
+
+def real_run(steps: int) -> None:
+    """A profiled loop of tiny tf.function steps, run as %%tfprofile runs a cell."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    from tfdiag_magic.code_runner import prepare, run
+    from tfdiag_magic.session import Session
+
+    source = (
+        "v = tf.Variable(0.0)\n"
+        "@tf.function\n"
+        "def step(x):\n"
+        "    v.assign_add(x)\n"
+        "    return v\n"
+        "one = tf.constant(1.0)\n"
+        "for i in range(STEPS):\n"
+        "    step(one)\n"
+    )
+    namespace = {"tf": tf, "STEPS": steps, "__builtins__": __builtins__}
+    prepared = prepare(source, "<resources>", instrument=True)
+    session = Session(source=source, loops=prepared.loops, namespace=namespace)
+    result = session.start()
+    held: list[int] = []
+    session.add_listener(lambda rec: held.append(rec.rows_held))
+    began = perf_counter()
+    try:
+        run(prepared, namespace)
+    finally:
+        session.stop()
+    seconds = perf_counter() - began
+    record = result.record
+    rows = record.steps_recorded
+    print(
+        f"\nreal profiled loop: {steps:,} tf.function steps, {rows:,} rows "
+        f"({seconds / steps * 1e6:.0f} us/step), counts {record.phase_counts()}"
+    )
+    most = max(held) if held else 0
+    print(
+        f"  rows buffer while running (max sampled): {most * WIDTH * 8 / MB:6.1f} MB, "
+        f"{WIDTH * 8} bytes per row held"
+    )
+    print(
+        f"  Record.nbytes(): {record.nbytes() / MB:6.1f} MB, "
+        f"{record.nbytes() / rows:.1f} bytes per row ({record.step_count:,} rows in the table)"
+    )
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--long"]:
+        print(json.dumps(long_run(int(sys.argv[2]), int(sys.argv[3]) or None)))
+        return 0
+    limit_mb = (FULL_ROWS + TAIL_ROWS) * WIDTH * 8 / MB
+    print(
+        f"limits: {FULL_ROWS:,} rows at full resolution, then at most {TAIL_ROWS:,} more "
+        f"before a thinning ({limit_mb:.1f} MB of float64 rows)"
+    )
+    unbounded_steps = min(STEPS, 1_000_000)
+    old = long_run_apart(unbounded_steps, full_rows=4 * unbounded_steps)
+    report_long("unbounded table (limit above the run's rows, as before)", old)
+    new = long_run_apart(STEPS)
+    report_long("bounded table", new)
+    scale = new["rows"] / old["rows"]
+    print(
+        f"\nunbounded at {new['rows']:,} rows, extrapolated linearly from {old['rows']:,} "
+        f"(x{scale:.0f}): buffer {old['held_bytes'] * scale / MB:,.0f} MB, "
+        f"peak RSS {old['peak_rss'] * scale / MB:,.0f} MB, "
+        f"Record {old['nbytes'] * scale / MB:,.0f} MB"
+    )
+    print(
+        "bounded / unbounded (extrapolated): "
+        f"buffer {new['held_bytes'] / (old['held_bytes'] * scale):.4f}, "
+        f"peak RSS {new['peak_rss'] / (old['peak_rss'] * scale):.4f}, "
+        f"Record {new['nbytes'] / (old['nbytes'] * scale):.4f}"
+    )
+    if REAL_STEPS:
+        real_run(REAL_STEPS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -240,3 +240,26 @@ def test_a_profiled_tf_function_loop_past_the_limit_reports_exact_step_counts(ip
     assert report["steps"]["count"] == 3000
     assert report["steps"]["recorded"] == 6300
     assert "kept one in" in render_text(report)
+
+
+def test_a_nan_loss_in_a_row_left_out_of_the_table_is_still_a_finding():
+    """A long run whose only NaN loss fell in a row the table left out: nonfinite-loss still
+    fires, from the exact count the recorder kept; a run without one stays quiet."""
+    from tfdiag_magic.diagnose import nonfinite_loss
+
+    def run(nan_at: int | None):
+        rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+        for i in range(5_000):
+            start = rec.t0 + i * 0.01
+            loss = math.nan if i == nan_at else 1.0
+            rec.add_step(
+                PHASE["train"], KIND["marker"], start, start + 0.001, math.nan, -1, 0, loss
+            )
+        return rec.finish()
+
+    record = run(nan_at=4_001)
+    kept = record.step_index
+    assert 4_001 not in set(kept.tolist())  # the case under test: its row was left out
+    finding = nonfinite_loss.check(record, None)
+    assert finding is not None and finding.evidence["nonfinite_steps_left_out_of_table"] == 1
+    assert nonfinite_loss.check(run(nan_at=None), None) is None

@@ -50,7 +50,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     losses = record.steps["loss"][rows].astype(np.float64)
     first = _first_nonfinite(losses)
     if first is None:
-        return None
+        return _in_dropped_rows(record, training.size)
     bad = np.flatnonzero(~np.isfinite(losses[first:])) + first
     before = losses[:first][np.isfinite(losses[:first])]
     step = int(np.searchsorted(training, rows[first]))  # its index among all training steps
@@ -91,3 +91,30 @@ def _first_nonfinite(losses: np.ndarray) -> int | None:
     """The index of the first reported loss that is NaN or infinite, or None."""
     nonfinite = np.flatnonzero(~np.isfinite(losses))
     return int(nonfinite[0]) if nonfinite.size else None
+
+
+def _in_dropped_rows(record: Record, kept_training_steps: int) -> Finding | None:
+    """A non-finite loss in a step the reduced table left out (a very long run) is still a
+    finding: the recorder counts such losses exactly, though the step's row is not kept."""
+    dropped = record.dropped
+    if dropped is None or dropped.total("loss_nonfinite", "train") <= 0:
+        return None
+    count = int(dropped.total("loss_nonfinite", "train"))
+    return Finding(
+        code=CODE,
+        severity="warning",
+        title=f"{count} training steps reported a NaN or infinite loss",
+        detail=(
+            f"{count} training steps past the first {dropped.full_rows:,} rows of the run"
+            " reported a loss that was no finite number; the step table keeps one row in"
+            f" {dropped.stride:,} there, and none of those kept had one, so where it began is"
+            " not known."
+        ),
+        fix="Lower the learning rate or clip gradients (`clipnorm=1.0`), check the data for"
+        " NaN, and stop early with `keras.callbacks.TerminateOnNaN()`.",
+        evidence={
+            "nonfinite_steps_left_out_of_table": count,
+            "training_steps_in_table": int(kept_training_steps),
+            "table_stride": dropped.stride,
+        },
+    )

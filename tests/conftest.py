@@ -8,6 +8,7 @@ initialises its runtime, hence at import of this file.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,3 +53,27 @@ def python() -> str:
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+def start_cpu_hog() -> subprocess.Popen:
+    """A busy Python process pinned to this process's last CPU: a neighbour on a shared
+    machine. Stop it with `stop_cpu_hog` (by its own pid)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    # The hog pins itself (a preexec_fn is unsafe in a process with TensorFlow's threads).
+    pin = f"import os; os.sched_setaffinity(0, {{{cpus[-1]}}})\n" if cpus else ""
+    return subprocess.Popen([sys.executable, "-c", pin + "while True: pass"])
+
+
+def stop_cpu_hog(hog: subprocess.Popen) -> None:
+    hog.kill()
+    hog.wait(timeout=10)
+
+
+@pytest.fixture
+def cpu_hog():
+    """A CPU hog on one core for the length of the test."""
+    hog = start_cpu_hog()
+    try:
+        yield hog
+    finally:
+        stop_cpu_hog(hog)

@@ -263,3 +263,31 @@ def test_a_nan_loss_in_a_row_left_out_of_the_table_is_still_a_finding():
     finding = nonfinite_loss.check(record, None)
     assert finding is not None and finding.evidence["nonfinite_steps_left_out_of_table"] == 1
     assert nonfinite_loss.check(run(nan_at=None), None) is None
+
+
+def test_gc_pauses_past_the_event_limit_are_counted_exactly_not_kept():
+    """The GC probe keeps each pause as an event up to its limit, then counts and sums them per
+    generation: the report's collections and pause time stay exact, the table bounded."""
+    import gc
+
+    from tfdiag_magic.probes.gc_pauses import GCProbe
+    from tfdiag_magic.record import Record
+    from tfdiag_magic.stats import gc_stats
+
+    probe = GCProbe()
+    probe.max_events = 5
+    probe.install(Recorder())
+    try:
+        for _ in range(40):
+            gc.collect()
+    finally:
+        probe.remove()
+    table = probe.table()
+    assert table["time"].size == 5
+    assert int(table["dropped_count"][2]) >= 35  # the full collections past the limit
+    stats = gc_stats(Record(gc=table, wall_time=1.0))
+    assert stats["collections"] == 5 + int(table["dropped_count"].sum())
+    assert stats["pause_time"] == pytest.approx(
+        float(table["duration"].sum() + table["dropped_seconds"].sum())
+    )
+    assert stats["collections"] >= 40

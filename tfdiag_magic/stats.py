@@ -205,13 +205,19 @@ def memory_stats(record: Record) -> MemoryStats:
 
 
 def gc_stats(record: Record) -> dict[str, float | int]:
-    durations = record.gc.get("duration", np.zeros(0))
-    total = float(durations.sum())
+    gc = record.gc
+    durations = gc.get("duration", np.zeros(0))
+    # Pauses past the probe's event limit are counted, not kept one by one.
+    total = float(durations.sum()) + float(gc.get("dropped_seconds", np.zeros(0)).sum())
+    longest = max(
+        float(durations.max()) if durations.size else 0.0,
+        float(gc.get("dropped_longest", np.zeros(1)).max(initial=0.0)),
+    )
     return {
-        "collections": int(durations.size),
+        "collections": int(durations.size) + int(gc.get("dropped_count", np.zeros(0)).sum()),
         "pause_time": total,
         "share": total / record.wall_time if record.wall_time > 0 else 0.0,
-        "longest": float(durations.max()) if durations.size else 0.0,
+        "longest": longest,
     }
 
 

@@ -57,8 +57,11 @@ def check(record: Record, source: str | None) -> Finding | None:
     if recurring < MIN_SECONDS or recurring < MIN_SHARE * record.wall_time:
         return None
     generations = record.gc.get("generation", np.zeros(0))
+    dropped = record.gc.get("dropped_count", np.zeros(3, dtype=np.int64))
     per_generation = {
-        str(g): int((generations == g).sum()) for g in np.unique(generations).tolist()
+        str(g): int((generations == g).sum()) + int(dropped[g])
+        for g in range(3)
+        if (generations == g).any() or dropped[g]
     }
     explicit = _calls(source, "collect", "gc")
     clears = _calls(source, "clear_session", None)

@@ -493,7 +493,10 @@ class KerasProbe:
                 probe._open = (phase, batch, after, after - before)
                 meter = probe._meter
                 if is_train and meter is not None and rec.driver_depth == 1:
-                    meter.begin(probe._iterator)
+                    try:
+                        meter.begin(probe._iterator)
+                    except Exception:  # the measure is the tool's business, never the call's
+                        probe._meter = None
             return result
 
         batch_begin.__wrapped__ = original  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-fast lint bench clean
 
 setup: $(STAMP)
 
@@ -21,6 +21,17 @@ demo: setup
 test: setup
 	$(PY) -m ruff check tfdiag_magic tests benchmarks
 	$(PY) -m pytest -q
+
+# A quick check while working: ruff, the record, rewrite, GPU-record and explain tests, and the
+# healthy and memory diagnosis tests; no Jupyter kernel, browser, Binder, CLI or notebook runs.
+FAST_TESTS := tests/test_record.py tests/test_rewrite_*.py tests/test_sweep_spec.py \
+	tests/test_instrument.py tests/test_diagnose_gpu_records.py tests/test_gpu_diagnosis.py \
+	tests/test_nvml.py tests/test_gpu_nvml.py tests/test_diagnose_explain.py \
+	tests/test_diagnose_healthy.py tests/test_diagnose_memory.py
+
+test-fast: setup
+	$(PY) -m ruff check tfdiag_magic tests benchmarks
+	$(PY) -m pytest -q -m "not kernel and not browser" $(FAST_TESTS)
 
 lint: setup
 	$(PY) -m ruff check tfdiag_magic tests benchmarks

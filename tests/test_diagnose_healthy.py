@@ -72,11 +72,12 @@ def test_fit_on_cached_dataset_with_steps_per_execution(tab):
         "model.fit(train, epochs=24, verbose=0)\n",
     )
     assert_healthy(result, r)
-    # A step of 16 fused is shorter than a Python next() on the dataset timed alone after
-    # the run: only what a batch costs beyond a ready one may count as input time.
+    # 16 steps fused in one call: the in-run measure still reads the cached pipeline's
+    # waits, and they are a small share of the cycles.
     assert r.record.phase_counts()["train"] == 24 * 64
     fit = next(c for c in r.record.keras_calls if c.api == "fit")
-    assert fit.data_alone > 0
+    assert fit.input_elements > 0
+    assert fit.input_wait / fit.input_span < 0.2, (fit.input_wait, fit.input_span)
 
 
 def test_fit_on_numpy_arrays_then_evaluate_and_predict_once(tab):

@@ -271,10 +271,14 @@ def test_tf_image_classification():
     data-augmentation layers and Dropout fitted on the same datasets, and predict. 80 training
     images in batches of 32 (3 batches), 3 epochs each: 9 + 9 = 18 optimizer steps.
 
-    Findings: none. Host memory grows while the second model is built and the
-    in-memory caches fill during the first epoch; neither is a leak (the tutorial's own
-    pattern: with more epochs each model's memory is flat), so host-memory-growth must not
-    fire, nor anything else.
+    Findings: none. Host memory grows while the second model is built and the in-memory
+    caches fill during the first epoch; neither is a leak (the tutorial's own pattern: with
+    more epochs each model's memory is flat), so host-memory-growth must not fire. Nor
+    input-bound: the input is cached and prefetched. Measured on the 2-CPU development machine
+    (first model, fit with validation, 4 epochs, steps timed by a callback, fresh processes):
+    once the cache is full, one epoch over train_ds alone hands out its first batch in 1.2-4.4
+    ms, and in 7 plain runs the first step of every later epoch took 24-46 ms against 30-75 ms
+    for the others.
     """
     run = corpus_run("tf_image_classification")
     check_faithful(run)

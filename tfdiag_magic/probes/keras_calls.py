@@ -18,7 +18,7 @@ from time import perf_counter
 from typing import Any
 
 from ..record import KerasCall
-from ..recorder import KIND, PHASE, Recorder
+from ..recorder import KIND, PHASE, Recorder, StepMark
 from .inputs import batch_size_of, data_kind, inspect_inputs
 from .patching import Patcher, defining_class, wraps_exactly
 
@@ -335,7 +335,7 @@ class KerasProbe:
         api: str,
         model: Any,
         start: float,
-        first_row: int,
+        mark: StepMark,
         data: Any,
         timer: GeneratorTimer | ItemTimer | None = None,
         meter: InputWaitMeter | None = None,
@@ -354,8 +354,8 @@ class KerasProbe:
                 api=api,
                 start=start - rec.t0,
                 duration=end - start,
-                steps=rec.count - first_row,
-                step_time=rec.step_seconds(first_row),
+                steps=rec.steps_since(mark),
+                step_time=rec.seconds_since(mark),
                 loop=rec.innermost_loop(),
                 model=str(getattr(model, "name", "?")),
                 batch_size=rec.keras_batch,
@@ -381,12 +381,12 @@ class KerasProbe:
                 and rec.step_depth == 0
                 and threading.get_ident() == rec.thread_id
             )
-            start, first_row = perf_counter(), rec.count
+            start, mark = perf_counter(), rec.step_mark()
             try:
                 return original(model, *args, **kwargs)
             finally:
                 if top:
-                    probe._add_call(rec, "compile", model, start, first_row, None)
+                    probe._add_call(rec, "compile", model, start, mark, None)
 
         compile.__wrapped__ = original  # type: ignore[attr-defined]
         return compile
@@ -405,7 +405,7 @@ class KerasProbe:
                 rec.keras_epoch = -1
                 data = args[0] if args else kwargs.get("x")
                 rec.keras_batch = batch_size_of(data, kwargs)
-                first_row, start = rec.count, perf_counter()
+                mark, start = rec.step_mark(), perf_counter()
                 timer: GeneratorTimer | ItemTimer | None = None
                 if inspect.isgenerator(data):
                     timer = GeneratorTimer(data)
@@ -437,7 +437,7 @@ class KerasProbe:
                         if isinstance(timer, ItemTimer):
                             timer.release()
                         probe._meter, probe._iterator = None, None
-                        probe._add_call(rec, name, model, start, first_row, data, timer, meter)
+                        probe._add_call(rec, name, model, start, mark, data, timer, meter)
                         probe._untime_callbacks()
                 rec.driver_eager, rec.keras_epoch, probe._open, rec.keras_batch = saved
 

@@ -253,9 +253,8 @@ def test_replaced_callables_keep_the_original_signature_during_the_run(models_ip
         assert inspect.signature(wrapper) == inspect.signature(original), label
 
 
-# Keras' fit/evaluate/predict/compile and the CallbackList hooks are wrapped by
-# probes/keras_calls.py, which does not yet keep their argspec (see issue 14); this test
-# turns green, and its strict xfail red, once it uses patching.wraps_exactly.
+# Keras' fit/evaluate/predict/compile and the CallbackList hooks (probes/keras_calls.py) are
+# checked by the test after this one, together with every other replaced callable.
 KERAS_CALLS = ("compile", "fit", "evaluate", "predict", "_on_batch", "on_")
 
 
@@ -274,9 +273,6 @@ def test_replaced_constructors_and_functions_keep_their_argspec(models_ip):
         assert wrapper.__name__ == original.__name__, label
 
 
-@pytest.mark.xfail(
-    strict=True, reason="probes/keras_calls.py wrappers do not set __signature__ yet"
-)
 def test_keras_api_wrappers_keep_their_argspec(models_ip):
     result, _ = profiled(models_ip, RUN)
     assert result.success, result.error_in_exec

@@ -374,8 +374,13 @@ class KerasProbe:
     def _compile(self, rec: Recorder, original: Any) -> Any:
         probe = self
 
-        def compile(model: Any, *args: Any, **kwargs: Any) -> Any:
+        # Unannotated `*args, **kwargs`: the parameters of Keras' own traceback-filtering
+        # wrapper that `original` is, for `getfullargspec` (see `wraps_exactly`).
+        def compile(*args, **kwargs):
             __tracebackhide__ = True
+            if not args:  # no model: the original says what is wrong
+                return original(*args, **kwargs)
+            self, args = args[0], args[1:]
             top = (
                 rec.driver_depth == 0
                 and rec.step_depth == 0
@@ -383,22 +388,24 @@ class KerasProbe:
             )
             start, mark = perf_counter(), rec.step_mark()
             try:
-                return original(model, *args, **kwargs)
+                return original(self, *args, **kwargs)
             finally:
                 if top:
-                    probe._add_call(rec, "compile", model, start, mark, None)
+                    probe._add_call(rec, "compile", self, start, mark, None)
 
-        compile.__wrapped__ = original  # type: ignore[attr-defined]
-        return compile
+        return wraps_exactly(compile, original)
 
     def _driver(self, rec: Recorder, original: Any) -> Any:
         probe = self
         name = original.__name__
 
-        def driver(model: Any, *args: Any, **kwargs: Any) -> Any:
+        # Unannotated `*args, **kwargs`: the parameters of Keras' own traceback-filtering
+        # wrapper that `original` is, for `getfullargspec` (see `wraps_exactly`).
+        def driver(*args, **kwargs):
             __tracebackhide__ = True
-            if threading.get_ident() != rec.thread_id:
-                return original(model, *args, **kwargs)
+            if not args or threading.get_ident() != rec.thread_id:
+                return original(*args, **kwargs)
+            self, args = args[0], args[1:]
             saved = (rec.driver_eager, rec.keras_epoch, probe._open, rec.keras_batch)
             top = rec.driver_depth == 0 and rec.step_depth == 0
             if top:
@@ -418,10 +425,10 @@ class KerasProbe:
                 meter = InputWaitMeter() if name == "fit" else None
                 probe._meter, probe._iterator = meter, None
             rec.driver_depth += 1
-            rec.driver_eager = bool(getattr(model, "run_eagerly", False)) or _functions_eager()
+            rec.driver_eager = bool(getattr(self, "run_eagerly", False)) or _functions_eager()
             rec.take_wait()  # what the cell waited for before calling Keras is not a batch's
             try:
-                return original(model, *args, **kwargs)
+                return original(self, *args, **kwargs)
             except BaseException as exc:
                 if probe._open is not None:
                     rec.note_failure(exc, probe._open[0], rec.keras_batch)
@@ -437,29 +444,28 @@ class KerasProbe:
                         if isinstance(timer, ItemTimer):
                             timer.release()
                         probe._meter, probe._iterator = None, None
-                        probe._add_call(rec, name, model, start, mark, data, timer, meter)
+                        probe._add_call(rec, name, self, start, mark, data, timer, meter)
                         probe._untime_callbacks()
                 rec.driver_eager, rec.keras_epoch, probe._open, rec.keras_batch = saved
 
-        driver.__wrapped__ = original  # type: ignore[attr-defined]
-        return driver
+        return wraps_exactly(driver, original)
 
     def _on_batch(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         phase = PHASE[phase_name]
         kind = KIND["on_batch"]
         is_train = phase_name == "train"
 
-        def on_batch(model: Any, *args: Any, **kwargs: Any) -> Any:
+        def on_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             if rec.driver_depth or rec.step_depth or threading.get_ident() != rec.thread_id:
-                return original(model, *args, **kwargs)
+                return original(self, *args, **kwargs)
             wait = rec.take_wait()
             host, batch = inspect_inputs(args, kwargs)
-            eager = bool(getattr(model, "run_eagerly", False)) or _functions_eager()
+            eager = bool(getattr(self, "run_eagerly", False)) or _functions_eager()
             rec.driver_depth += 1
             start = perf_counter()
             try:
-                result = original(model, *args, **kwargs)
+                result = original(self, *args, **kwargs)
             except BaseException as exc:
                 rec.note_failure(exc, phase, batch)
                 raise
@@ -474,20 +480,19 @@ class KerasProbe:
                 rec.training_step_done(end)
             return result
 
-        on_batch.__wrapped__ = original  # type: ignore[attr-defined]
-        return on_batch
+        return wraps_exactly(on_batch, original)
 
     def _batch_begin(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         probe = self
         phase = PHASE[phase_name]
         is_train = phase_name == "train"
 
-        def batch_begin(callbacks: Any, batch: int, logs: Any = None) -> Any:
+        def batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
-            if id(callbacks) not in probe._timed_lists and rec.driver_depth:
-                probe._time_callbacks(rec, callbacks)
+            if id(self) not in probe._timed_lists and rec.driver_depth:
+                probe._time_callbacks(rec, self)
             before = perf_counter()
-            result = original(callbacks, batch, logs)
+            result = original(self, batch, logs)
             if rec.driver_depth and not rec.step_depth and threading.get_ident() == rec.thread_id:
                 after = perf_counter()
                 probe._open = (phase, batch, after, after - before)
@@ -499,8 +504,7 @@ class KerasProbe:
                         probe._meter = None
             return result
 
-        batch_begin.__wrapped__ = original  # type: ignore[attr-defined]
-        return batch_begin
+        return wraps_exactly(batch_begin, original)
 
     def _batch_end(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         probe = self
@@ -509,18 +513,18 @@ class KerasProbe:
         is_train = phase_name == "train"
         takes_loss = phase_name != "predict"
 
-        def batch_end(callbacks: Any, batch: int, logs: Any = None) -> Any:
+        def batch_end(self: Any, batch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
             end = perf_counter()
             opened = probe._open
             if opened is None or opened[0] != phase or threading.get_ident() != rec.thread_id:
-                return original(callbacks, batch, logs)
+                return original(self, batch, logs)
             probe._open = None
             _, begin_batch, start, begin_callbacks = opened
             fused = batch - begin_batch + 1
             if fused > 1:
                 # The last execution of an epoch can hold fewer steps than steps_per_execution.
-                steps = _batches_per_epoch(callbacks, phase_name)
+                steps = _batches_per_epoch(self, phase_name)
                 if steps:
                     fused = min(batch, steps - 1) - begin_batch + 1
                 fused = max(fused, 1)
@@ -542,29 +546,27 @@ class KerasProbe:
             row = rec.count - 1
             before = perf_counter()
             try:
-                return original(callbacks, batch, logs)
+                return original(self, batch, logs)
             finally:
                 rec.add_callback_time(row=row, seconds=begin_callbacks + perf_counter() - before)
                 meter = probe._meter
                 if is_train and meter is not None and rec.driver_depth == 1:
-                    steps = _batches_per_epoch(callbacks, phase_name)
+                    steps = _batches_per_epoch(self, phase_name)
                     try:
                         meter.step_done(end, fused, bool(steps) and batch + 1 >= steps)
                     except Exception:  # the measure is the tool's business, never the call's
                         probe._meter = None
 
-        batch_end.__wrapped__ = original  # type: ignore[attr-defined]
-        return batch_end
+        return wraps_exactly(batch_end, original)
 
     def _epoch_begin(self, rec: Recorder, original: Any) -> Any:
-        def epoch_begin(callbacks: Any, epoch: int, logs: Any = None) -> Any:
+        def epoch_begin(self: Any, epoch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
             if rec.driver_depth and threading.get_ident() == rec.thread_id:
                 rec.keras_epoch = int(epoch)
-            return original(callbacks, epoch, logs)
+            return original(self, epoch, logs)
 
-        epoch_begin.__wrapped__ = original  # type: ignore[attr-defined]
-        return epoch_begin
+        return wraps_exactly(epoch_begin, original)
 
     def _epoch_next(self, rec: Recorder, original: Any) -> Any:
         """Keras' TF epoch iterator yields (first step, last step, iterator) before each train

@@ -24,6 +24,15 @@ def wraps_exactly(wrapper: Wrapper, original: Any) -> Wrapper:
     for code that reads ``__code__`` itself.
     """
     functools.update_wrapper(wrapper, original)
+    if getattr(original, "__wrapped__", None) is not None and not hasattr(
+        original, "__signature__"
+    ):
+        # `original` is a decorator's wrapper (Keras' fit is ``error_handler(*args, **kwargs)``
+        # around the real fit): `signature` reads through it, `getfullargspec` reads its own
+        # parameters, and no one ``__signature__`` gives both. Left unset, `signature` follows
+        # ``__wrapped__`` from `wrapper` as it does from `original`; `wrapper`'s own parameters
+        # must then be written as `original`'s (``*args, **kwargs``, unannotated).
+        return wrapper
     try:
         signature = inspect.signature(original)
     except (TypeError, ValueError):  # a builtin without a signature: nothing to keep

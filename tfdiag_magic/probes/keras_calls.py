@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import math
+import os
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
@@ -43,26 +45,84 @@ def _logs_loss(logs: Any) -> Any:
 
 class GeneratorTimer:
     """Times a Python generator given to fit/evaluate/predict: the seconds it takes to make
-    each batch, wherever Keras pulls it from (tf.data runs it on one of its own threads)."""
+    each batch, wherever Keras pulls it from (tf.data runs it on one of its own threads).
+
+    Keras gets the user's own generator object. Its `GeneratorDataAdapter` peeks two batches
+    in ``__init__`` (timed here as a whole) and later iterates ``adapter.generator()``, which
+    is ``chain(first_batches, generator)``; for the adapter built on this generator that
+    callable is replaced, for the call only, by the same chain with the generator's part read
+    through ``map(self.after, iter(perf_counter, None), generator)``. Both are C iterators, so
+    when the generator raises, no frame of the tool lies between Keras' frame and the user's
+    (the error tf.data builds embeds that traceback), and the generator is never pulled once
+    more than Keras pulls it.
+    """
 
     def __init__(self, source: Iterator[Any]) -> None:
-        self._source = source
+        self._source: Iterator[Any] | None = source
         self.seconds = 0.0
         self.items = 0
+        self._adapters: list[tuple[Any, Any]] = []  # (adapter, Keras' own `generator`)
 
-    def generator(self) -> Generator[Any, None, None]:
-        __tracebackhide__ = True
-        source = self._source
-        while True:
+    def after(self, started: float, item: Any) -> Any:
+        """`map` calls this with the clock read just before it pulled `item` from the source."""
+        self.seconds += perf_counter() - started
+        self.items += 1
+        return item
+
+    def wrap_init(self, original: Any) -> Any:
+        """`GeneratorDataAdapter.__init__`, timed, with the timed chain set on the adapter
+        that is built on this timer's generator (any other adapter is left as Keras makes it)."""
+        timer = self
+
+        def __init__(self: Any, generator: Any) -> None:  # noqa: N807 (the name Python looks up)
+            __tracebackhide__ = True
+            if generator is not timer._source or timer._source is None:
+                return original(self, generator)
             before = perf_counter()
             try:
-                item = next(source)
-            except StopIteration:
-                return
+                original(self, generator)
             finally:
-                self.seconds += perf_counter() - before
-            self.items += 1
-            yield item
+                timer.seconds += perf_counter() - before
+            timer._time(self, generator)
+
+        return wraps_exactly(__init__, original)
+
+    def _time(self, adapter: Any, generator: Iterator[Any]) -> None:
+        first = vars(adapter).get("_first_batches")
+        keras_own = vars(adapter).get("generator")
+        if not isinstance(first, list) or not callable(keras_own):
+            return  # not the adapter this timer knows how to read: leave it as Keras made it
+        self.items += len(first)  # the peeked batches; their time is __init__'s
+        after = self.after
+
+        def timed_batches() -> Iterator[Any]:
+            return itertools.chain(first, map(after, iter(perf_counter, None), generator))
+
+        adapter.generator = timed_batches
+        self._adapters.append((adapter, keras_own))
+
+    def release(self) -> None:
+        """Put Keras' own `generator` back on the adapters and drop the references."""
+        self._source = None
+        while self._adapters:
+            adapter, keras_own = self._adapters.pop()
+            adapter.generator = keras_own
+
+
+def _generator_timer(data: Any, patcher: Patcher) -> GeneratorTimer | None:
+    """Time the generator `data` through Keras' `GeneratorDataAdapter`, for this call only;
+    None where that adapter is not there to patch (another Keras)."""
+    try:
+        from keras.src.trainers.data_adapters.generator_data_adapter import (
+            GeneratorDataAdapter,
+        )
+
+        timer = GeneratorTimer(data)
+        owner = defining_class(GeneratorDataAdapter, "__init__")
+        patcher.replace(owner, "__init__", timer.wrap_init(vars(owner)["__init__"]))
+        return timer
+    except Exception:
+        return None
 
 
 class ItemTimer:
@@ -147,6 +207,7 @@ class InputWaitMeter:
         self.reads = 0
         self._iterator: Any = None
         self._owned: Any = None
+        self._retired: Any = None
         self._anchor: float | None = None
         self._rows: list[tuple[float, int]] = []
         self._pending = 0
@@ -156,6 +217,10 @@ class InputWaitMeter:
         """A training step is about to run on `iterator` (a new one starts a new measure)."""
         if iterator is self._iterator:
             return
+        # The last reference to the previous epoch's iterator may be this meter's: dropping it
+        # here would destroy the iterator (tens to hundreds of ms) inside the step being timed.
+        # It is dropped in `step_done`, once the step and its callbacks are measured.
+        self._retired = (self._iterator, self._owned)
         self._iterator = iterator
         self._owned = _owned_iterator(iterator) if iterator is not None else None
         self._anchor = None
@@ -165,10 +230,11 @@ class InputWaitMeter:
 
     def release(self) -> None:
         """Drop the references to the user's iterator."""
-        self._iterator = self._owned = None
+        self._iterator = self._owned = self._retired = None
         self._rows = []
 
     def step_done(self, end: float, fused: int, last_of_epoch: bool) -> None:
+        self._retired = None  # the previous iterator goes now, outside any timed span
         if self._owned is None:
             return
         self._consumed += fused
@@ -277,6 +343,7 @@ class KerasProbe:
         self._patcher.replace(
             owner, "on_epoch_begin", self._epoch_begin(rec, vars(owner)["on_epoch_begin"])
         )
+        _hide_tool_frames_from_keras(self._patcher)
         epoch_iterator = _tf_epoch_iterator()
         if epoch_iterator is not None:
             owner = defining_class(epoch_iterator, "__next__")
@@ -415,11 +482,7 @@ class KerasProbe:
                 mark, start = rec.step_mark(), perf_counter()
                 timer: GeneratorTimer | ItemTimer | None = None
                 if inspect.isgenerator(data):
-                    timer = GeneratorTimer(data)
-                    if args:
-                        args = (timer.generator(), *args[1:])
-                    else:
-                        kwargs["x"] = timer.generator()
+                    timer = _generator_timer(data, probe._call_patcher)
                 else:
                     timer = _pydataset_timer(data, probe._call_patcher)
                 meter = InputWaitMeter() if name == "fit" else None
@@ -441,7 +504,7 @@ class KerasProbe:
                     finally:
                         if meter is not None:
                             meter.release()
-                        if isinstance(timer, ItemTimer):
+                        if timer is not None:
                             timer.release()
                         probe._meter, probe._iterator = None, None
                         probe._add_call(rec, name, self, start, mark, data, timer, meter)
@@ -584,6 +647,29 @@ class KerasProbe:
             return result
 
         return wraps_exactly(__next__, original)
+
+
+# The package's own folder (with its separator, so that no sibling folder matches).
+_TOOL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
+def _hide_tool_frames_from_keras(patcher: Patcher) -> None:
+    """Make Keras' traceback filter drop the tool's frames, as it drops its own.
+
+    Keras re-raises an error from fit/evaluate/predict with a traceback of the frames outside
+    Keras and ``tensorflow/python``, and where none is left, with the innermost frame alone
+    (TensorFlow's ``quick_execute`` for an error in a tf.data generator). A frame of another
+    probe inside fit (a tf.function call wrapper) would be kept instead of that frame, and the
+    user would see a traceback that a plain run does not show.
+    """
+    try:
+        from keras.src.utils import traceback_utils
+
+        excluded = traceback_utils._EXCLUDED_PATHS
+        if isinstance(excluded, tuple) and all(isinstance(path, str) for path in excluded):
+            patcher.replace(traceback_utils, "_EXCLUDED_PATHS", (*excluded, _TOOL_DIR))
+    except Exception:  # another Keras: its tracebacks keep the tool's frames
+        pass
 
 
 def _tf_epoch_iterator() -> type | None:

@@ -36,8 +36,8 @@ per step), keep Python floats rather than tensors in lists (`float(loss)`), and 
 that grow each step.
 
 ## Threshold
-At least 50 steady steps of one phase that do the same work (one model, one batch size:
-a sweep over model or batch sizes is not a slowdown), or 50 iterations of one loop of the cell
+At least 100 steady steps (ten per window) of one phase that do the same work (one model, one batch size:
+a sweep over model or batch sizes is not a slowdown), or 100 iterations of one loop of the cell
 (its iterations are judged too, since what slows may be the Python around the step); the
 median of the last tenth at least 2 times the median of the first tenth and at least 0.5 ms
 slower; the medians of ten consecutive windows rising (Spearman rank correlation ≥ 0.8); each
@@ -56,7 +56,9 @@ by 0.18–0.8 of the rise, quiet or with the hog. A slowdown below 2× is not re
 neighbour can cause that much.
 """
 
-MIN_STEPS = 50
+# Ten steps per window at least: the medians of windows of ~6 steps (a 60-step custom loop)
+# were put in rising order by a loaded machine's noise once in about 15 runs of a healthy loop.
+MIN_STEPS = 100
 # A neighbour on a 2-CPU machine takes at most about half of the process's CPU: a CPU hog on
 # one core made a healthy LSTM's steps 1.6× slower from the epoch it started in (measured).
 MIN_RATIO = 2.0

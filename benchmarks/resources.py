@@ -1,8 +1,9 @@
 """The tool's own memory for the per-step table: during and after a 10-million-step run, and
-per step on the real path.
+per step on the real path; and for Keras calls, after a million of them.
 
 Run: ``.venv/bin/python benchmarks/resources.py``; ``STEPS=N`` sets the long run's steps
 (default 10,000,000), ``REAL_STEPS=N`` the real profiled loop's (default 200,000).
+``benchmarks/resources.py --keras-calls`` runs section 3 alone.
 
 1. A long run driven through `Recorder`'s public step API the way the probes drive it: each
    step of a custom loop is a tf.function row (its loss a device value, read later in a batch)
@@ -19,6 +20,14 @@ Run: ``.venv/bin/python benchmarks/resources.py``; ``STEPS=N`` sets the long run
 2. A real profiled loop of tiny tf.function steps through tfdiag_magic's session (the cell's
    loop instrumented, every probe installed, as ``%%tfprofile`` runs it): rows, bytes per row
    held while it runs and in the Record.
+3. Keras calls (a reinforcement-learning loop calls `predict` once per environment step):
+   - a real profiled loop of ``model.predict(x, verbose=0)`` calls (``REAL_CALLS``, default
+     1,000; one takes 20-70 ms here, so a real 1 M-call loop would take hours): bytes per call
+     in the Record's call tables (`KerasCall` objects and their fields, counted once each);
+   - 1,000,000 (``CALLS``) predict-like calls driven, in a fresh process, through the Keras
+     probe's own bookkeeping (a step mark, the batch's step row, `KerasProbe._add_call` with a
+     stand-in model: no Keras): RSS delta, the call tables' bytes, kept calls and groups; beside
+     the same run with every call kept (as before), at 200,000 calls, extrapolated.
 
 Numbers are printed, never asserted: they depend on the machine and its neighbours.
 """
@@ -32,12 +41,23 @@ import resource
 import subprocess
 import sys
 from time import perf_counter
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from tfdiag_magic.recorder import FULL_ROWS, KIND, PHASE, TAIL_ROWS, WIDTH, Recorder
+from tfdiag_magic.recorder import (
+    FULL_ROWS,
+    KERAS_CALLS_KEPT,
+    KIND,
+    PHASE,
+    TAIL_ROWS,
+    WIDTH,
+    Recorder,
+)
 
 STEPS = int(os.environ.get("STEPS", 10_000_000))
+CALLS = int(os.environ.get("CALLS", 1_000_000))
+REAL_CALLS = int(os.environ.get("REAL_CALLS", 1_000))
 REAL_STEPS = int(os.environ.get("REAL_STEPS", 200_000))
 SAMPLE_EVERY = 100_000
 MB = 1e6
@@ -176,9 +196,131 @@ def real_run(steps: int) -> None:
     )
 
 
+def call_table_bytes(record: Any) -> int:
+    """Bytes of the Record's Keras call tables: each call or group object and each of its
+    field values, every object counted once (model names and small ints are shared)."""
+    seen: set[int] = set()
+    total = 0
+    for item in [*record.keras_calls, *record.keras_call_groups]:
+        for value in (item, *(getattr(item, name) for name in item.__slots__)):
+            if id(value) not in seen:
+                seen.add(id(value))
+                total += sys.getsizeof(value)
+    total += sys.getsizeof(record.keras_calls) + sys.getsizeof(record.keras_call_groups)
+    return total
+
+
+class StandInModel:
+    """What the probe reads of a model after a `predict`: its name (layers only for fit)."""
+
+    name = "policy"
+
+
+def keras_calls_run(calls: int, kept: int | None = None) -> dict[str, float]:
+    """`calls` predict-like calls through the Keras probe's bookkeeping, each with its batch's
+    step row; `kept`: calls kept one by one (None: the recorder's limit)."""
+    import numpy as np
+
+    from tfdiag_magic.probes.keras_calls import KerasProbe
+
+    add_call = KerasProbe()._add_call  # its imports (NumPy, TensorFlow) before the baseline
+    model, x = StandInModel(), np.ones((4, 3), np.float32)
+    base_rss, base_peak = rss(), peak_rss()
+    rec = Recorder()
+    rec.memory_interval = math.inf  # no readers are set: the memory samples are not measured
+    if kept is not None:
+        rec.keras_calls_kept = kept
+    predict, keras_kind = PHASE["predict"], KIND["keras"]
+    during_rss = 0
+    began = perf_counter()
+    for i in range(calls):
+        start = perf_counter()
+        mark = rec.step_mark()
+        rec.add_step(predict, keras_kind, start, start + 0.0002, math.nan, -1, False, None, 1)
+        add_call(rec, "predict", model, start, mark, x)
+        if i % SAMPLE_EVERY == 0:
+            during_rss = max(during_rss, rss() - base_rss)
+    seconds = perf_counter() - began
+    during_rss = max(during_rss, rss() - base_rss)
+    record = rec.finish()
+    assert record.keras_calls_made == calls  # the run itself, not a timing
+    return {
+        "calls": calls,
+        "us_per_call": seconds / calls * 1e6,
+        "during_rss": during_rss,
+        "peak_rss": peak_rss() - base_peak,
+        "call_bytes": call_table_bytes(record),
+        "kept": len(record.keras_calls),
+        "groups": len(record.keras_call_groups),
+        "nbytes": record.nbytes(),
+    }
+
+
+def keras_calls_apart(calls: int, kept: int | None = None) -> dict[str, float]:
+    """`keras_calls_run` in a fresh interpreter, so that RSS and its peak are this run's."""
+    command = [sys.executable, __file__, "--calls", str(calls), str(kept or 0)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def report_calls(label: str, r: dict[str, float]) -> None:
+    print(f"\n{label}: {r['calls']:,} calls ({r['us_per_call']:.1f} us/call of bookkeeping)")
+    print(
+        f"  call tables in the Record: {r['call_bytes'] / MB:8.1f} MB"
+        f"  ({r['kept']:,} calls kept, {r['groups']} groups)"
+    )
+    print(f"  step table (Record.nbytes()): {r['nbytes'] / MB:6.1f} MB")
+    print(f"  RSS delta during the run (max of samples): {r['during_rss'] / MB:8.1f} MB")
+    print(f"  peak RSS rise over the peak before the run:  {r['peak_rss'] / MB:8.1f} MB")
+
+
+def real_predict_loop(calls: int) -> None:
+    """A profiled loop of `model.predict` calls, run as %%tfprofile runs a cell."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import numpy as np
+
+    from tfdiag_magic.code_runner import prepare, run
+    from tfdiag_magic.session import Session
+
+    source = "for i in range(CALLS):\n    out = model.predict(x, verbose=0)\n"
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    namespace = {
+        "model": model,
+        "x": np.ones((4, 3), np.float32),
+        "CALLS": calls,
+        "__builtins__": __builtins__,
+    }
+    prepared = prepare(source, "<resources>", instrument=True)
+    session = Session(source=source, loops=prepared.loops, namespace=namespace)
+    result = session.start()
+    began = perf_counter()
+    try:
+        run(prepared, namespace)
+    finally:
+        session.stop()
+    seconds = perf_counter() - began
+    record = result.record
+    table = call_table_bytes(record)
+    print(
+        f"\nreal profiled predict loop: {calls:,} calls ({seconds / calls * 1e3:.0f} ms/call), "
+        f"{record.keras_calls_made:,} calls recorded, {len(record.keras_calls):,} kept"
+    )
+    print(
+        f"  call tables in the Record: {table / 1e3:.1f} kB, {table / calls:.0f} bytes per call; "
+        f"step rows {record.steps_recorded:,} ({record.nbytes() / calls:.0f} bytes per call)"
+    )
+
+
 def main() -> int:
     if sys.argv[1:2] == ["--long"]:
         print(json.dumps(long_run(int(sys.argv[2]), int(sys.argv[3]) or None)))
+        return 0
+    if sys.argv[1:2] == ["--calls"]:
+        print(json.dumps(keras_calls_run(int(sys.argv[2]), int(sys.argv[3]) or None)))
+        return 0
+    if sys.argv[1:2] == ["--keras-calls"]:  # section 3 alone
+        keras_calls_section()
         return 0
     limit_mb = (FULL_ROWS + TAIL_ROWS) * WIDTH * 8 / MB
     print(
@@ -205,7 +347,28 @@ def main() -> int:
     )
     if REAL_STEPS:
         real_run(REAL_STEPS)
+    keras_calls_section()
     return 0
+
+
+def keras_calls_section() -> None:
+    print(
+        f"\nKeras calls: the first {KERAS_CALLS_KEPT:,} kept one by one, later ones summed per "
+        "API, model build, data kind and loop"
+    )
+    if REAL_CALLS:
+        real_predict_loop(REAL_CALLS)
+    unbounded_calls = min(CALLS, 200_000)
+    old = keras_calls_apart(unbounded_calls, kept=unbounded_calls)
+    report_calls("driven, every call kept (as before)", old)
+    new = keras_calls_apart(CALLS)
+    report_calls("driven, bounded", new)
+    scale = new["calls"] / old["calls"]
+    print(
+        f"\nevery call kept, at {new['calls']:,} calls (x{scale:.0f} linearly): call tables "
+        f"{old['call_bytes'] * scale / MB:,.0f} MB, peak RSS {old['peak_rss'] * scale / MB:,.0f}"
+        f" MB; bounded: {new['call_bytes'] / MB:,.1f} MB, {new['peak_rss'] / MB:,.0f} MB"
+    )
 
 
 if __name__ == "__main__":

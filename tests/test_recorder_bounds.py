@@ -291,3 +291,56 @@ def test_gc_pauses_past_the_event_limit_are_counted_exactly_not_kept():
         float(table["duration"].sum() + table["dropped_seconds"].sum())
     )
     assert stats["collections"] >= 40
+
+
+def test_keras_calls_past_the_kept_ones_are_summed_per_model_build():
+    """Past `keras_calls_kept` calls each call is added to the sums of its API, model build,
+    data kind and loop: the counts and totals stay exact, a rebuilt model's calls apart."""
+    from tfdiag_magic.record import KerasCall, ModelBuilt
+
+    rec = Recorder()
+    rec.keras_calls_kept = 3
+
+    def call(i: int, model: str = "net") -> KerasCall:
+        return KerasCall("predict", i * 0.1, 0.01, 1, 0.002, 0, model, 8.0, "numpy")
+
+    rec.models.append(ModelBuilt(0.0, "net", "Sequential", -1, -1))
+    for i in range(10):
+        rec.add_keras_call(call(i))
+    rec.models.append(ModelBuilt(1.5, "net", "Sequential", 0, -1))  # same name, built anew
+    for i in range(10, 14):
+        rec.add_keras_call(call(i))
+    record = rec.finish()
+    assert len(record.keras_calls) == 3
+    assert record.keras_calls_made == 14
+    first, second = record.keras_call_groups
+    assert (first.built, first.calls, first.steps) == (0, 7, 7)
+    assert (second.built, second.calls) == (1, 4)
+    assert first.duration == pytest.approx(0.07) and first.step_time == pytest.approx(0.014)
+    assert (first.first_start, first.last_start) == pytest.approx((0.3, 0.9))
+
+
+def test_a_predict_loop_past_the_kept_calls_is_still_a_repeated_keras_call(ip, monkeypatch):
+    """A loop calling `predict` more times than the run keeps one by one: the later calls are
+    summed, and repeated-keras-call counts every call of the loop."""
+    from tfdiag_magic.diagnose import repeated_keras_call
+
+    monkeypatch.setattr(recorder_module, "KERAS_CALLS_KEPT", 5)
+    ip.run_cell(
+        "import numpy as np, keras\n"
+        "model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])\n"
+        "x = np.ones((4, 3), 'float32')\n"
+    )
+    body = "for i in range(30):\n    out = model.predict(x, verbose=0)\nlast = model.predict(x)\n"
+    result, r = profiled(ip, body)
+    assert result.success, result.error_in_exec
+    record = r.record
+    assert len(record.keras_calls) == 5
+    assert record.keras_calls_made == 31
+    in_loop = [g for g in record.keras_call_groups if g.loop >= 0]
+    assert [(g.api, g.calls, g.steps, g.data) for g in in_loop] == [("predict", 25, 25, "numpy")]
+    assert record.phase_counts()["predict"] == 31
+    finding = repeated_keras_call.check(record, body)
+    assert finding is not None
+    assert finding.evidence["calls"] == 30
+    assert finding.evidence["batches_per_call"] == 1.0

@@ -139,7 +139,7 @@ class LoopInfo:
     rows_dropped: int = 0  # iterations counted but not kept as rows (see recorder)
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a run keeps up to KERAS_CALLS_KEPT of them (see recorder)
 class KerasCall:
     """A Keras API call the cell made itself (fit, evaluate, predict, compile)."""
 
@@ -163,6 +163,49 @@ class KerasCall:
     input_wait: float = float("nan")
     input_span: float = 0.0
     input_elements: int = 0
+
+
+@dataclass(slots=True)
+class KerasCallGroup:
+    """Keras calls past the ones a run keeps one by one, summed: every call of one API on one
+    build of one model, with one kind of data, from one loop of the cell (a reinforcement
+    learning loop calling `predict` per environment step makes millions of calls). Counts and
+    sums are exact; a call's own times and its data measures are only in the kept calls.
+
+    Past a bound on the number of groups, further kinds of call are summed per API in a group
+    with ``model == ""`` and ``built == OTHER_CALLS``, which stands for no one model.
+    """
+
+    api: str
+    model: str  # the model's name; "" for the calls of many models (see above)
+    built: int  # index in `Record.models` of the model's build before the calls; -1: before
+    data: str
+    loop: int
+    calls: int = 0
+    first_start: float = float("inf")
+    last_start: float = float("-inf")
+    duration: float = 0.0  # seconds in the calls
+    longest: float = 0.0  # the longest call's seconds
+    steps: int = 0  # step rows recorded inside the calls
+    step_time: float = 0.0  # seconds inside those steps
+    data_time: float = 0.0  # seconds the generators / PyDatasets of the calls took (timed ones)
+    data_items: int = 0
+
+    def add(self, call: KerasCall) -> None:
+        self.calls += 1
+        self.first_start = min(self.first_start, call.start)
+        self.last_start = max(self.last_start, call.start)
+        self.duration += call.duration
+        self.longest = max(self.longest, call.duration)
+        self.steps += call.steps
+        self.step_time += call.step_time
+        if call.data_time == call.data_time:  # not NaN: the call's data was timed
+            self.data_time += call.data_time
+            self.data_items += call.data_items
+
+
+OTHER_CALLS = -2
+"""`KerasCallGroup.built` of the groups that sum the calls of many models."""
 
 
 @dataclass
@@ -215,7 +258,8 @@ class Record:
     started_at: str = ""  # ISO 8601, local time
     source: str | None = None  # the profiled cell or script, when there is one
     facts: dict[str, Any] = field(default_factory=dict)  # versions, devices, sampler status
-    keras_calls: list[KerasCall] = field(default_factory=list)
+    keras_calls: list[KerasCall] = field(default_factory=list)  # the first ones, one by one
+    keras_call_groups: list[KerasCallGroup] = field(default_factory=list)  # the later ones
     models: list[ModelBuilt] = field(default_factory=list)
     config_calls: list[ConfigCall] = field(default_factory=list)
     callback_seconds: dict[str, float] = field(default_factory=dict)  # callback class -> s
@@ -238,6 +282,11 @@ class Record:
     def steps_recorded(self) -> int:
         """Rows recorded in the run, every phase, the ones the table left out included."""
         return self.step_count + (self.dropped.count if self.dropped is not None else 0)
+
+    @property
+    def keras_calls_made(self) -> int:
+        """Top-level Keras calls of the run: the kept ones and the ones summed in groups."""
+        return len(self.keras_calls) + sum(group.calls for group in self.keras_call_groups)
 
     def phase_mask(self, phase: str) -> np.ndarray:
         return self.steps["phase"] == PHASES.index(phase)

@@ -25,10 +25,13 @@ import numpy as np
 from .record import (
     DROPPED_SUMS,
     KINDS,
+    OTHER_CALLS,
     PHASES,
     STEP_COLUMNS,
     DroppedSteps,
     ErrorInfo,
+    KerasCall,
+    KerasCallGroup,
     LoopInfo,
     Record,
     WarningRecord,
@@ -78,6 +81,10 @@ TAIL_ROWS = 1 << 16
 # batch's row after it was appended, also when a callback's own predict appended rows since.
 KEEP_RAW = 1024
 MAX_WARNINGS = 1000
+# Top-level Keras calls kept one by one (about 0.4 kB each); later ones are summed per API,
+# model build, data kind and loop (`KerasCallGroup`), in at most KERAS_CALL_GROUPS groups.
+KERAS_CALLS_KEPT = 10_000
+KERAS_CALL_GROUPS = 1000
 # A loop that has run this many iterations without a step inside any of them (an element-wise
 # Python loop) is counted from then on, not recorded row by row: the totals stay exact and
 # the record stays small however many millions of iterations it makes.
@@ -189,7 +196,11 @@ class Recorder:
         self.warnings: list[WarningRecord] = []
         self.warnings_dropped = 0
         # Calls and events that the diagnosis reads besides the steps (see record.py).
-        self.keras_calls: list[Any] = []  # KerasCall, top-level Keras API calls of the cell
+        self.keras_calls: list[KerasCall] = []  # the first top-level Keras API calls of the cell
+        self.keras_calls_kept = KERAS_CALLS_KEPT  # read here: a test can lower it for a session
+        self.keras_call_groups: dict[tuple[str, str, int, str, int], KerasCallGroup] = {}
+        self._latest_build: dict[str, int] = {}  # model name -> index in `models` (see below)
+        self._builds_seen = 0
         self.models: list[Any] = []  # ModelBuilt
         self.config_calls: list[Any] = []  # ConfigCall, device settings that failed
         self.callback_seconds: dict[str, float] = {}  # Keras callback class -> seconds
@@ -341,6 +352,30 @@ class Recorder:
         sample_end = full + self._sampled
         estimate = float(durations[first_kept:sample_end].sum()) * self._stride
         return estimate + float(durations[sample_end:].sum())
+
+    def add_keras_call(self, call: KerasCall) -> None:
+        """Keep `call`, or past `keras_calls_kept` calls, add it to the sums of its kind."""
+        if len(self.keras_calls) < self.keras_calls_kept:
+            self.keras_calls.append(call)
+            return
+        groups = self.keras_call_groups
+        key = (call.api, call.model, self._build_of(call.model), call.data, call.loop)
+        group = groups.get(key)
+        if group is None and len(groups) >= KERAS_CALL_GROUPS:
+            key = (call.api, "", OTHER_CALLS, "", -1)
+            group = groups.get(key)
+        if group is None:
+            group = groups[key] = KerasCallGroup(*key)
+        group.add(call)
+
+    def _build_of(self, name: str) -> int:
+        """Index in `models` of the latest build of a model named `name` (-1: none), as the
+        diagnosis tells builds apart (after `clear_session()` names repeat)."""
+        latest = self._latest_build
+        for index in range(self._builds_seen, len(self.models)):
+            latest[self.models[index].name] = index
+        self._builds_seen = len(self.models)
+        return latest.get(name, -1)
 
     def add_callback_time(self, seconds: float, row: int | None = None) -> None:
         """Add Keras callback time to step `row` (default: the step appended last).
@@ -746,6 +781,7 @@ class Recorder:
             error=self.error,
             wall_time=perf_counter() - self.t0,
             keras_calls=list(self.keras_calls),
+            keras_call_groups=list(self.keras_call_groups.values()),
             models=list(self.models),
             config_calls=list(self.config_calls),
             callback_seconds=dict(self.callback_seconds),

@@ -6,7 +6,7 @@ import bisect
 from collections import defaultdict
 
 from ..findings import Finding
-from ..record import KerasCall, Record
+from ..record import OTHER_CALLS, KerasCall, KerasCallGroup, Record
 from ..views.units import seconds, share
 from .evidence import first_rewrite, loop_label, loop_line, rounded, with_rewrite
 
@@ -54,41 +54,49 @@ def check(record: Record, source: str | None) -> Finding | None:
     # needs its own compile and fit, and is `model-rebuilt-in-loop`'s business. A model is
     # told by its name and by when it was built: after `clear_session()` names repeat.
     groups: dict[tuple[str, int, str, int], list[KerasCall]] = defaultdict(list)
+    # A long run keeps its first calls one by one and sums the later ones by the same key.
+    summed: dict[tuple[str, int, str, int], list[KerasCallGroup]] = defaultdict(list)
     builds = _builds_by_name(record)
     for call in record.keras_calls:
         if call.loop >= 0:
             groups[(call.api, call.loop, call.model, _built(builds, call))].append(call)
-    best: tuple[float, str, int, list[KerasCall]] | None = None
-    for (api, loop, _model, _build), calls in groups.items():
-        total = sum(c.duration for c in calls)
-        work = sum(c.step_time for c in calls)
+    for group in record.keras_call_groups:
+        if group.loop >= 0 and group.built != OTHER_CALLS:
+            summed[(group.api, group.loop, group.model, group.built)].append(group)
+    best: tuple[float, str, int, list[KerasCall], list[KerasCallGroup]] | None = None
+    for key in [*groups, *(key for key in summed if key not in groups)]:  # in call order
+        api, loop = key[0], key[1]
+        calls, later = groups.get(key, []), summed.get(key, [])
+        count, total, work, _ = _totals(calls, later)
         overhead = total - work
         if api == "compile":
             overhead = total + _retracing_after(record, calls, builds)
         needed = MIN_COMPILES if api == "compile" else MIN_CALLS
-        if len(calls) < needed or overhead < MIN_OVERHEAD_SECONDS:
+        if count < needed or overhead < MIN_OVERHEAD_SECONDS:
             continue
         if api != "compile" and overhead < MIN_OVERHEAD_SHARE * total:
             continue
         if best is None or overhead > best[0]:
-            best = (overhead, api, loop, calls)
+            best = (overhead, api, loop, calls, later)
     if best is None:
         return None
-    overhead, api, loop, calls = best
-    total = sum(c.duration for c in calls)
-    work = sum(c.step_time for c in calls)
+    overhead, api, loop, calls, later = best
+    count, total, work, batches = _totals(calls, later)
     if api == "compile":
         total = overhead + work
-    per_call = total / len(calls)
+    per_call = total / count
+    # The median of the calls kept one by one (a long run's first ones); the mean where
+    # every call of the group was summed.
+    median = sorted(c.duration for c in calls)[len(calls) // 2] if calls else per_call
     evidence = {
         "api": api,
-        "calls": len(calls),
+        "calls": count,
         "loop": loop_label(record, loop),
-        "median_call_s": rounded(sorted(c.duration for c in calls)[len(calls) // 2]),
+        "median_call_s": rounded(median),
         "work_in_batches_s": rounded(work),
         "setup_s": rounded(overhead),
         "setup_share": rounded(overhead / total if total else 0.0, 3),
-        "batches_per_call": rounded(sum(c.steps for c in calls) / len(calls), 3),
+        "batches_per_call": rounded(batches / count, 3),
     }
     lineno = loop_line(record, loop)
     attempts = {
@@ -106,9 +114,9 @@ def check(record: Record, source: str | None) -> Finding | None:
         " metric object in the loop.",
     }[api]
     detail = (
-        f"`model.{api}` was called {len(calls)} times from {evidence['loop']};"
+        f"`model.{api}` was called {count} times from {evidence['loop']};"
         f" each call took {seconds(per_call)}, of which {share(overhead, total)} was set-up"
-        f" outside its batches ({seconds(work / len(calls))} of batches per call)."
+        f" outside its batches ({seconds(work / count)} of batches per call)."
     )
     if api == "compile":
         detail += " Each compile also discards the compiled train function, so the next fit"
@@ -125,7 +133,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         code=CODE,
         severity="warning",
         title=(
-            f"`{api}` called {len(calls)} times in a loop:"
+            f"`{api}` called {count} times in a loop:"
             f" {share(overhead, total)} of its time outside its batches"
         ),
         detail=detail,
@@ -137,6 +145,17 @@ def check(record: Record, source: str | None) -> Finding | None:
 
 
 Builds = dict[str, tuple[list[float], list[int]]]
+
+
+def _totals(calls: list[KerasCall], later: list[KerasCallGroup]) -> tuple[int, float, float, int]:
+    """Calls, seconds in them, seconds in their batches and batches, over the calls kept one
+    by one and the ones summed in groups."""
+    return (
+        len(calls) + sum(g.calls for g in later),
+        sum(c.duration for c in calls) + sum(g.duration for g in later),
+        sum(c.step_time for c in calls) + sum(g.step_time for g in later),
+        sum(c.steps for c in calls) + sum(g.steps for g in later),
+    )
 
 
 def _builds_by_name(record: Record) -> Builds:
@@ -159,11 +178,14 @@ def _built(builds: Builds, call: KerasCall) -> int:
 
 def _retracing_after(record: Record, compiles: list[KerasCall], builds: Builds) -> float:
     """Seconds of traced Keras steps in the calls on the same model that follow these
-    compiles (each compile drops the train function, so the next fit traces it again)."""
+    compiles (each compile drops the train function, so the next fit traces it again). Read
+    from the calls kept one by one and the step table: a lower bound on a very long run."""
     import numpy as np
 
     from ..record import KINDS
 
+    if not compiles:
+        return 0.0
     steps = record.steps
     first = min(c.start for c in compiles)
     key = (compiles[0].model, compiles[0].loop, _built(builds, compiles[0]))

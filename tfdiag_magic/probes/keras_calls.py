@@ -416,7 +416,7 @@ class KerasProbe:
                     matmul += any(word in type(layer).__name__ for word in _MATMUL_LAYERS)
             except Exception:
                 pass
-        rec.keras_calls.append(
+        rec.add_keras_call(  # kept, or past the first ones summed with its kind (bounded)
             KerasCall(
                 api=api,
                 start=start - rec.t0,

@@ -344,3 +344,35 @@ def test_a_predict_loop_past_the_kept_calls_is_still_a_repeated_keras_call(ip, m
     assert finding is not None
     assert finding.evidence["calls"] == 30
     assert finding.evidence["batches_per_call"] == 1.0
+
+
+def test_eager_and_numpy_fed_step_counts_are_exact_past_the_limit():
+    """eager-step and per-step-host-conversion report counts over every training step of a
+    long run, not over the rows its reduced table kept."""
+    from tfdiag_magic.diagnose import eager_step, per_step_host_conversion
+
+    rec = Recorder(full_rows=FULL, tail_rows=TAIL)
+    for i in range(4_000):
+        start = rec.t0 + i * 0.01
+        eager = i % 4 != 0  # three steps in four run eagerly
+        rec.add_step(
+            PHASE["train"],
+            KIND["eager_update"],
+            start,
+            start + 0.005,
+            math.nan,
+            -1,
+            eager,
+            1.0,
+            host_bytes=1024.0,
+        )
+    record = rec.finish()
+    assert record.reduced and record.step_count < 1_000
+    eager = eager_step.check(record, None)
+    assert eager is not None
+    assert (eager.evidence["eager_steps"], eager.evidence["training_steps"]) == (3_000, 4_000)
+    fed = per_step_host_conversion.check(record, None)
+    assert fed is not None
+    assert fed.evidence["steps_fed_from_numpy"] == 4_000
+    assert fed.evidence["training_steps"] == 4_000
+    assert fed.evidence["numpy_bytes"] == 4_000 * 1024

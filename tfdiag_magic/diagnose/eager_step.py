@@ -46,7 +46,11 @@ def check(record: Record, source: str | None) -> Finding | None:
     rows = training_rows(record)
     steps = record.steps
     eager_rows = rows[steps["eager"][rows]]
-    if eager_rows.size < MIN_STEPS or eager_rows.size * 2 <= rows.size:
+    # Counts over every training step of the run (a long run's table keeps a sample of them);
+    # medians come from the rows kept.
+    eager_total = int(record.phase_total("eager", "train"))
+    training_total = int(record.phase_total("count", "train"))
+    if eager_rows.size == 0 or eager_total < MIN_STEPS or eager_total * 2 <= training_total:
         return None
     eager_steady = steady_rows(record, eager_rows)
     durations = steps["duration"][eager_steady if eager_steady.size else eager_rows]
@@ -56,8 +60,8 @@ def check(record: Record, source: str | None) -> Finding | None:
     kinds = {KINDS[k] for k in np.unique(steps["kind"][eager_rows])}
     cause = _cause(record, kinds, source)
     evidence = {
-        "eager_steps": int(eager_rows.size),
-        "training_steps": int(rows.size),
+        "eager_steps": eager_total,
+        "training_steps": training_total,
         "median_eager_step_s": rounded(eager_median),
         "median_compiled_step_s": rounded(graph_median),
         "cause": cause,
@@ -68,11 +72,12 @@ def check(record: Record, source: str | None) -> Finding | None:
     finding = Finding(
         code=CODE,
         severity="warning",
-        title=f"{eager_rows.size} training steps ran eagerly ({seconds(eager_median)} per step)",
+        title=f"{eager_total} training steps ran eagerly ({seconds(eager_median)} per step)",
         detail=f"{cause} A compiled step's time: {compiled}.",
         fix="Compile the step: `@tf.function` on the step function, no `run_eagerly=True`.",
         evidence=evidence,
-        impact=float(durations.sum()) * 0.5,
+        # the kept rows' time, scaled to every eager step where the table kept a sample
+        impact=float(durations.sum()) * 0.5 * eager_total / eager_rows.size,
     )
     return with_rewrite(finding, source, first_rewrite(source, ("compile_eager_step", {})))
 

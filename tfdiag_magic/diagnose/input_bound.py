@@ -131,19 +131,33 @@ def _loop_waits(record: Record, source: str | None) -> Finding | None:
             ready[loop_ids == loop_id] = READY_CROSS_DEVICE_BATCH_S
     waited = np.clip(waits - ready, 0.0, None)
     wait, busy, excess = float(waits.sum()), float(durations.sum()), float(waited.sum())
+    count = int(rows.size)
+    if record.dropped is not None and record.reduced:
+        # The training rows a long run's table left out: their waits and how many had one are
+        # summed exactly; their step time is shared out by that count (all of it in a loop
+        # whose every step has a wait), and the wait beyond a ready batch is the kept rows'
+        # share of their wait.
+        dropped = record.dropped
+        left_wait = dropped.total("data_wait", "train")
+        left_count = dropped.total("data_wait_count", "train")
+        left_rows = dropped.total("count", "train")
+        busy += dropped.total("duration", "train") * (left_count / left_rows if left_rows else 0)
+        excess += left_wait * (excess / wait if wait > 0 else 0.0)
+        wait += left_wait
+        count += int(left_count)
     if excess < MIN_WAIT or excess < MIN_SHARE * (wait + busy):
         return None
     loop = int(np.bincount(loop_ids[loop_ids >= 0]).argmax()) if (loop_ids >= 0).any() else -1
     where = loop_label(record, loop)
-    data_rate = rows.size / wait
-    train_rate = rows.size / (wait + busy)
+    data_rate = count / wait
+    train_rate = count / (wait + busy)
     evidence = {
         "wait_share": rounded(excess / (wait + busy), 3),
         "wait_s": rounded(wait),
         "wait_beyond_ready_batch_s": rounded(excess),
         "ready_batch_s": rounded(float(np.max(ready))),
         "step_s": rounded(busy),
-        "steps": int(rows.size),
+        "steps": count,
         "median_wait_s": rounded(float(np.median(waits))),
         "median_step_s": rounded(float(np.median(durations))),
         "input_batches_per_s": rounded(data_rate),
@@ -358,6 +372,11 @@ def _epoch_starts(record: Record, source: str | None) -> Finding | None:
             continue
         step = float(np.median(steps["duration"][steady]))
         epochs = steps["epoch"][rows]
+        if record.dropped is not None and record.step_index is not None and record.reduced:
+            # Past `full_rows` the table keeps a sample: an epoch there may lack its first
+            # step and most of its others, so only epochs kept whole are measured.
+            late = record.step_index[rows] >= record.dropped.full_rows
+            epochs = np.where(np.isin(epochs, epochs[late]), -1, epochs)
         excesses: list[float] = []
         times: list[float] = []
         for epoch in np.unique(epochs).tolist():

@@ -76,8 +76,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         # From the second build on: memory after the first build still lacks the one-off
         # costs of the run's first fit (its tracing, the runtime's first allocations).
         per_model = float(np.polyfit(np.arange(rss.size - 1), rss[1:], 1)[0])
-    steps = record.steps
-    trained = int(((steps["loop"] == loop) & (steps["phase"] == PHASES.index("train"))).sum())
+    trained = _training_steps_in_loop(record, loop)
     per_step = 0 < trained <= MAX_STEPS_PER_MODEL * len(models)
     severity = "warning" if per_step or len(models) >= MANY_MODELS else "info"
     evidence = {
@@ -125,3 +124,20 @@ def check(record: Record, source: str | None) -> Finding | None:
     return with_rewrite(
         finding, source, first_rewrite(source, ("clear_session_in_loop", {"loop_lineno": lineno}))
     )
+
+
+def _training_steps_in_loop(record: Record, loop: int) -> int:
+    """Training steps recorded in `loop`. Past `dropped.full_rows` a long run's table keeps a
+    uniform sample of its rows and sums the others per phase, not per loop: there each kept
+    training row stands for its share of the training rows left out (an estimate; exact
+    where the table keeps every row)."""
+    steps = record.steps
+    train = steps["phase"] == PHASES.index("train")
+    mine = train & (steps["loop"] == loop)
+    dropped, index = record.dropped, record.step_index
+    if dropped is None or index is None or not record.reduced:
+        return int(np.count_nonzero(mine))
+    late = index >= dropped.full_rows
+    sampled = int(np.count_nonzero(train & late))
+    weight = (sampled + dropped.total("count", "train")) / sampled if sampled else 0.0
+    return int(np.count_nonzero(mine & ~late)) + round(np.count_nonzero(mine & late) * weight)

@@ -50,7 +50,17 @@ def check(record: Record, source: str | None) -> Finding | None:
     steps = record.steps
     rows = training_rows(record)
     fed = rows[steps["host_bytes"][rows] > 0]
-    if fed.size < MIN_STEPS or fed.size < MIN_SHARE * rows.size:
+    if fed.size == 0:
+        return None
+    # Over every training step of the run: a long run's table keeps a sample of its rows, and
+    # the rows it left out are summed (their NumPy bytes exactly); the steps among them that
+    # were fed NumPy are those bytes over a fed step's mean bytes (exact for batches of one
+    # size, the usual loop).
+    training_total = int(record.phase_total("count", "train"))
+    bytes_total = record.phase_total("host_bytes", "train")
+    kept_bytes = float(steps["host_bytes"][fed].sum(dtype=np.float64))
+    fed_total = fed.size + round((bytes_total - kept_bytes) / (kept_bytes / fed.size))
+    if fed_total < MIN_STEPS or fed_total < MIN_SHARE * training_total:
         return None
     per_step = float(np.median(steps["host_bytes"][fed]))
     loop_ids = steps["loop"][fed]
@@ -62,8 +72,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     severity = "warning" if gpu or outside_share >= MIN_OUTSIDE_SHARE else "info"
     step_median = float(np.median(steps["duration"][fed]))
     evidence = {
-        "steps_fed_from_numpy": int(fed.size),
-        "training_steps": int(rows.size),
+        "steps_fed_from_numpy": fed_total,
+        "training_steps": training_total,
+        "numpy_bytes": rounded(bytes_total),
         "bytes_per_step": rounded(per_step),
         "conversion_s_per_step": rounded(conversion),
         "median_step_s": rounded(step_median),
@@ -76,9 +87,10 @@ def check(record: Record, source: str | None) -> Finding | None:
     finding = Finding(
         code=CODE,
         severity=severity,
-        title=(f"{fed.size} steps were fed NumPy batches ({size(per_step)} converted per step)"),
+        title=(f"{fed_total} steps were fed NumPy batches ({size(per_step)} converted per step)"),
         detail=(
-            f"{fed.size} of {rows.size} training steps took NumPy arrays from {evidence['loop']}"
+            f"{fed_total} of {training_total} training steps took NumPy arrays from"
+            f" {evidence['loop']}"
             f"{cost}."
             + (
                 f" The loop spent {share(outside, loop_time)} of its time outside the steps"

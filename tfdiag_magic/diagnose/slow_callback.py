@@ -49,20 +49,21 @@ def check(record: Record, source: str | None) -> Finding | None:
     # Phase by phase: a predict or evaluate run from inside a training callback has batches
     # of its own, whose time is already in the training callback's.
     for phase in ("train", "eval", "predict"):
-        rows = (
-            (steps["kind"] == KINDS.index("keras")) & (steps["phase"] == PHASES.index(phase))
-        ) & steady
+        in_phase = steps["phase"] == PHASES.index(phase)
+        keras_rows = (steps["kind"] == KINDS.index("keras")) & in_phase
+        rows = keras_rows & steady
         if not rows.any():
             continue
-        callbacks = float(steps["callback_time"][rows].sum())
-        work = float(steps["duration"][rows].sum())
+        left_callbacks, left_work, left_batches = _left_out(record, phase, keras_rows, in_phase)
+        callbacks = float(steps["callback_time"][rows].sum()) + left_callbacks
+        work = float(steps["duration"][rows].sum()) + left_work
         if callbacks < MIN_SECONDS or callbacks < MIN_SHARE * work:
             continue
-        if best is None or callbacks > best[1]:
-            best = (rows, callbacks, work, phase)
+        if best is None or callbacks > best[0]:
+            best = (callbacks, work, phase, int(rows.sum()) + left_batches)
     if best is None:
         return None
-    keras, callbacks, work, phase = best
+    callbacks, work, phase, batches = best
     per_class = sorted(record.callback_seconds.items(), key=lambda item: -item[1])
     worst = per_class[0] if per_class else None
     evidence = {
@@ -71,8 +72,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         "callback_share_of_step_time": rounded(callbacks / work if work else None, 3),
         "per_callback_s": {name: rounded(value) for name, value in per_class[:8]},
         "phase": phase,
-        "batches": int(keras.sum()),
-        "per_batch_callback_s": rounded(float(np.mean(steps["callback_time"][keras]))),
+        "batches": batches,
+        "per_batch_callback_s": rounded(callbacks / batches),
     }
     who = f" — mostly `{worst[0]}` ({seconds(worst[1])})" if worst else ""
     return Finding(
@@ -81,11 +82,30 @@ def check(record: Record, source: str | None) -> Finding | None:
         title=f"Callbacks took {seconds(callbacks)}, {share(callbacks, work)} of step time{who}",
         detail=(
             f"Batch hooks of the callbacks ran for {seconds(callbacks)} against"
-            f" {seconds(work)} of steps over {int(keras.sum())} batches; the next step waits"
+            f" {seconds(work)} of steps over {batches} batches; the next step waits"
             " for them each time."
         ),
         fix="Move the callback's work to `on_epoch_end` or every N batches; use `verbose=2`"
         " if the progress bar is the cost.",
         evidence=evidence,
         impact=callbacks,
+    )
+
+
+def _left_out(
+    record: Record, phase: str, keras_rows: np.ndarray, in_phase: np.ndarray
+) -> tuple[float, float, int]:
+    """Callback seconds, step seconds and batches of the Keras rows of `phase` that a long
+    run's table left out (zeros where it keeps every row). Callback time is only ever on Keras
+    rows, so its sum is exact; the phase's other sums are shared out by the Keras rows' share
+    of the rows the table kept of that phase (all of them in a run of fit alone)."""
+    if record.dropped is None:
+        return 0.0, 0.0, 0
+    kept = int(np.count_nonzero(in_phase))
+    share = int(np.count_nonzero(keras_rows)) / kept if kept else 0.0
+    dropped = record.dropped
+    return (
+        dropped.total("callback_time", phase),
+        dropped.total("duration", phase) * share,
+        round(dropped.total("count", phase) * share),
     )

@@ -36,8 +36,9 @@ per step), keep Python floats rather than tensors in lists (`float(loss)`), and 
 that grow each step.
 
 ## Threshold
-At least 100 steady steps (ten per window) of one phase that do the same work (one model, one batch size:
-a sweep over model or batch sizes is not a slowdown), or 100 iterations of one loop of the cell
+At least 100 steady steps (ten per window) of one phase that do the same work (one model,
+one batch size: a sweep over model or batch sizes is not a slowdown), or 100 iterations of one
+loop of the cell
 (its iterations are judged too, since what slows may be the Python around the step); the
 median of the last tenth at least 2 times the median of the first tenth and at least 0.5 ms
 slower; the medians of ten consecutive windows rising (Spearman rank correlation ≥ 0.8); each

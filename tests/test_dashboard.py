@@ -302,8 +302,9 @@ def test_memory_plot_draws_the_cpu_tensor_series_on_its_own(fit_result):
 
 def test_dashboards_stay_bounded_and_closed_ones_leave_the_widget_registry():
     """ipywidgets keeps a widget until it is closed, and a dashboard holds its whole result:
-    re-displaying one result keeps one dashboard, many runs keep at most MAX_OPEN_DASHBOARDS,
-    and every widget of a closed dashboard is gone from the registry (so its result can go)."""
+    re-displaying one result shows the same dashboard again (no new widgets), a changed result
+    gets a new one beside the old, many runs keep at most MAX_OPEN_DASHBOARDS, and every widget
+    of a closed dashboard is gone from the registry (so its result can go)."""
     import gc
     import weakref
 
@@ -314,18 +315,25 @@ def test_dashboards_stay_bounded_and_closed_ones_leave_the_widget_registry():
     dash.close_dashboards()
     before = len(_instances)
     result = synthetic_result(200)
-    first = dashboard_bundle(result)[1]
-    first_ids = {w.model_id for w in first._widgets}
+    data, first = dashboard_bundle(result)
+    widgets_shown = len(_instances)
     for _ in range(3):
-        dashboard_bundle(result)
+        again, same = dashboard_bundle(result)
+        assert same is first and again[WIDGET_VIEW] == data[WIDGET_VIEW]
     assert dash.open_dashboards() == 1
-    assert not first_ids & set(_instances), "the re-displayed result's old widgets stay open"
+    assert len(_instances) == widgets_shown, "a re-display built new widgets"
+    # The result changed: a new dashboard shows it, and the earlier output keeps its own.
+    result.findings = [*result.findings[1:]]
+    changed = dashboard_bundle(result)[1]
+    assert changed is not first and not first.closed and dash.open_dashboards() == 2
+    first_ids = {w.model_id for w in first._widgets} | {w.model_id for w in changed._widgets}
 
     kept = weakref.ref(result)
-    del result, first
+    del result, first, same, changed
     for _ in range(dash.MAX_OPEN_DASHBOARDS + 3):
         dashboard_bundle(synthetic_result(50))
     assert dash.open_dashboards() == dash.MAX_OPEN_DASHBOARDS
+    assert not first_ids & set(_instances), "the oldest dashboard's widgets stay open"
     gc.collect()
     assert kept() is None, "a result whose dashboard was closed is still alive"
     dash.close_dashboards()

@@ -206,6 +206,9 @@ class Recorder:
         self.callback_seconds: dict[str, float] = {}  # Keras callback class -> seconds
         self.pending_host_bytes = 0.0  # NumPy bytes the cell converted since the last step
         self.keras_batch = NAN  # batch size of the running fit/evaluate/predict, when known
+        # (training steps done, total) of the running top-level `fit`, where Keras knows the
+        # total; set by the Keras probe before each training batch's row, for the live view.
+        self.fit_progress: tuple[int, int] | None = None
         self.error: ErrorInfo | None = None
         self._failure: tuple[BaseException, int, float] | None = None
         # Called on the main thread after each memory sample taken at the end of a step (at

@@ -90,6 +90,8 @@ class Dashboard:
         self.report = report if report is not None else result.report()
         self.series = series = step_series(record)
         self._widgets: list[Any] = []
+        self.closed = False
+        self.shows = _content_of(result)
         last = max(series.count - 1, 0)
         self.options = StepPlotOptions(
             phases=set(series.phases), log=use_log(None, series.duration)
@@ -369,6 +371,8 @@ class Dashboard:
             widget.close()
         self._widgets.clear()
         self.plots.clear()
+        self.closed = True
+        _open_dashboards.pop(id(self), None)
 
 
 def static_bundle(
@@ -397,27 +401,49 @@ _open_dashboards: OrderedDict[int, Dashboard] = OrderedDict()
 def dashboard_bundle(result: ProfileResult) -> tuple[dict[str, Any], Dashboard]:
     """Display data holding the dashboard's widget view with the static HTML and text beside it.
 
-    A result has one live dashboard: displaying it again closes the one shown before. Past
-    MAX_OPEN_DASHBOARDS results, the oldest dashboard is closed (its output keeps the static
-    report for frontends that cannot find the widget any more).
+    Displaying a result again shows its open dashboard once more (the views stay in step), so a
+    re-display costs no memory; a result changed since (findings replaced, a comparison
+    attached) gets a new one, and the earlier output keeps its own. Past MAX_OPEN_DASHBOARDS,
+    the oldest dashboard is closed (its output keeps the static report for frontends that
+    cannot find the widget any more).
     """
-    dashboard = Dashboard(result)
+    content = _content_of(result)
+    dashboard = next(
+        (d for d in _open_dashboards.values() if d.result is result and d.shows == content),
+        None,
+    )
+    built = dashboard is None
+    if dashboard is None:
+        dashboard = Dashboard(result)
     try:
         data = static_bundle(result, plots=dashboard.plots, report=dashboard.report)
         view = dashboard.root._repr_mimebundle_()
         data[WIDGET_VIEW] = view[WIDGET_VIEW]
     except BaseException:
-        dashboard.close()
+        if built:
+            dashboard.close()
         raise
-    _keep_open(result, dashboard)
+    _keep_open(dashboard)
     return data, dashboard
 
 
-def _keep_open(result: ProfileResult, dashboard: Dashboard) -> None:
-    previous = _open_dashboards.pop(id(result), None)
-    if previous is not None:
-        previous.close()
-    _open_dashboards[id(result)] = dashboard
+def _content_of(result: ProfileResult) -> tuple[Any, ...]:
+    """What a dashboard of `result` shows besides the record, by identity: cheap to compare."""
+    findings = result.findings
+    return (
+        id(result.record),
+        id(findings),
+        len(findings),
+        *(id(f) for f in findings),
+        id(result.comparison),
+        id(result.experiment),
+        len(result.problems),
+    )
+
+
+def _keep_open(dashboard: Dashboard) -> None:
+    _open_dashboards.pop(id(dashboard), None)
+    _open_dashboards[id(dashboard)] = dashboard  # the newest last
     while len(_open_dashboards) > MAX_OPEN_DASHBOARDS:
         _key, oldest = _open_dashboards.popitem(last=False)
         oldest.close()

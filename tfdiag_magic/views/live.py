@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import threading
 from collections import deque
 from html import escape
@@ -155,7 +154,7 @@ class LiveView:
             return  # too soon, or the ticker is drawing: a later sample redraws
         try:
             self._next = now + self.interval
-            self._redraw(rec, now, keras_progress(sys._getframe(1)))
+            self._redraw(rec, now, rec.fit_progress)
             self.update_seconds += perf_counter() - now
         finally:
             self._lock.release()
@@ -358,29 +357,3 @@ class LiveView:
             'fill="none"/></svg>'
             f'<div class="muted">{escape(label)}, over {buckets.count()} steps</div>'
         )
-
-
-def keras_progress(frame: Any, depth: int = 12) -> tuple[int, int] | None:
-    """(training steps done, total) of the Keras ``fit`` whose batch has just ended, if any.
-
-    The recorder's callback runs inside the Keras probe's batch-end wrapper, whose frame holds
-    Keras' CallbackList (its ``params``: epochs and steps per epoch) and the batch index; the
-    epoch is the recorder's. Nothing is read where the total is unknown.
-    """
-    for _ in range(depth):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == "batch_end":
-            local = frame.f_locals
-            callbacks, batch = local.get("callbacks"), local.get("batch")
-            if local.get("phase_name") != "train" or not isinstance(batch, int):
-                return None
-            params = getattr(callbacks, "params", None) or {}
-            epochs, steps = params.get("epochs"), params.get("steps")
-            rec = local.get("rec")
-            epoch = getattr(rec, "keras_epoch", -1)
-            if not isinstance(epochs, int) or not isinstance(steps, int) or epoch < 0:
-                return None
-            return min(epoch * steps + batch + 1, epochs * steps), epochs * steps
-        frame = frame.f_back
-    return None

@@ -3,7 +3,7 @@ per step on the real path; and for Keras calls, after a million of them.
 
 Run: ``.venv/bin/python benchmarks/resources.py``; ``STEPS=N`` sets the long run's steps
 (default 10,000,000), ``REAL_STEPS=N`` the real profiled loop's (default 200,000).
-``benchmarks/resources.py --keras-calls`` runs section 3 alone.
+``benchmarks/resources.py --keras-calls`` runs section 3 alone, ``--reruns`` section 4 alone.
 
 1. A long run driven through `Recorder`'s public step API the way the probes drive it: each
    step of a custom loop is a tf.function row (its loss a device value, read later in a batch)
@@ -28,6 +28,10 @@ Run: ``.venv/bin/python benchmarks/resources.py``; ``STEPS=N`` sets the long run
      probe's own bookkeeping (a step mark, the batch's step row, `KerasProbe._add_call` with a
      stand-in model: no Keras): RSS delta, the call tables' bytes, kept calls and groups; beside
      the same run with every call kept (as before), at 200,000 calls, extrapolated.
+4. A profiled cell run 50 times (``RERUNS``) in one IPython shell, its dashboard built after
+   each run as a Jupyter kernel displays it (a cell whose finding has a rewrite, so each run is
+   also kept as ``_tfprofile_<N>``): results alive, widgets alive, and RSS after runs 1, 10,
+   25 and 50.
 
 Numbers are printed, never asserted: they depend on the machine and its neighbours.
 """
@@ -322,6 +326,9 @@ def main() -> int:
     if sys.argv[1:2] == ["--keras-calls"]:  # section 3 alone
         keras_calls_section()
         return 0
+    if sys.argv[1:2] == ["--reruns"]:  # section 4 alone
+        reruns_section(RERUNS)
+        return 0
     limit_mb = (FULL_ROWS + TAIL_ROWS) * WIDTH * 8 / MB
     print(
         f"limits: {FULL_ROWS:,} rows at full resolution, then at most {TAIL_ROWS:,} more "
@@ -348,7 +355,48 @@ def main() -> int:
     if REAL_STEPS:
         real_run(REAL_STEPS)
     keras_calls_section()
+    reruns_section(RERUNS)
     return 0
+
+
+RERUNS = int(os.environ.get("RERUNS", "50"))
+RERUN_CELL = """\
+import numpy as np, keras
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+preds = []
+for i in range(0, len(x), 8):
+    preds.append(model.predict(x[i:i + 8], verbose=0))
+"""
+
+
+def reruns_section(runs: int) -> None:
+    """The same profiled cell run `runs` times in one shell, displayed as a kernel would."""
+    import gc
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from ipywidgets.widgets.widget import _instances
+
+    from tfdiag_magic.magics import TFProfileMagics
+    from tfdiag_magic.result import ProfileResult
+    from tfdiag_magic.views.dashboard import dashboard_bundle, open_dashboards
+
+    print(f"\nA profiled cell run {runs} times in one shell, its dashboard built after each run")
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "tfdiag_magic")
+    start = rss()
+    for run in range(1, runs + 1):
+        shell.run_cell("%%tfprofile -q\n" + RERUN_CELL, store_history=True)
+        dashboard_bundle(TFProfileMagics.last_result)  # what the kernel's display builds
+        if run in (1, 10, 25, runs):
+            gc.collect()
+            alive = sum(isinstance(o, ProfileResult) for o in gc.get_objects())
+            automatic = [k for k in shell.user_ns if k.startswith("_tfprofile_")]
+            print(
+                f"  after run {run:3d}: RSS +{(rss() - start) / MB:6.1f} MB, results alive "
+                f"{alive}, automatic results kept {len(automatic)}, dashboards open "
+                f"{open_dashboards()}, widgets alive {len(_instances)}"
+            )
 
 
 def keras_calls_section() -> None:

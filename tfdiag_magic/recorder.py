@@ -206,9 +206,10 @@ class Recorder:
         self.callback_seconds: dict[str, float] = {}  # Keras callback class -> seconds
         self.pending_host_bytes = 0.0  # NumPy bytes the cell converted since the last step
         self.keras_batch = NAN  # batch size of the running fit/evaluate/predict, when known
-        # (training steps done, total) of the running top-level `fit`, where Keras knows the
-        # total; set by the Keras probe before each training batch's row, for the live view.
-        self.fit_progress: tuple[int, int] | None = None
+        # The running top-level `fit`'s callback list (its ``params``: epochs, steps) and the
+        # index of its last batch, set by the Keras probe; `fit_progress()` reads them.
+        self.fit_callbacks: Any = None
+        self.fit_batch = -1
         self.error: ErrorInfo | None = None
         self._failure: tuple[BaseException, int, float] | None = None
         # Called on the main thread after each memory sample taken at the end of a step (at
@@ -332,6 +333,16 @@ class Recorder:
         """Seconds inside the rows recorded since `mark` was taken."""
         self._advance_seconds()
         return self._seconds_before - mark.seconds
+
+    def fit_progress(self) -> tuple[int, int] | None:
+        """(training steps done, total) of the running top-level `fit`, where its callbacks'
+        ``params`` give the epochs and steps per epoch; None elsewhere. Read when the live
+        view redraws, not per step."""
+        params = getattr(self.fit_callbacks, "params", None) or {}
+        epochs, steps, epoch = params.get("epochs"), params.get("steps"), self.keras_epoch
+        if not isinstance(epochs, int) or not isinstance(steps, int) or epoch < 0:
+            return None
+        return min(epoch * steps + self.fit_batch + 1, epochs * steps), epochs * steps
 
     def step_seconds(self, first_row: int) -> float:
         """Seconds inside the steps appended since row `first_row` (`self.count` then).

@@ -509,7 +509,7 @@ class KerasProbe:
                         probe._meter, probe._iterator = None, None
                         probe._add_call(rec, name, self, start, mark, data, timer, meter)
                         probe._untime_callbacks()
-                        rec.fit_progress = None
+                        rec.fit_callbacks = None
                 rec.driver_eager, rec.keras_epoch, probe._open, rec.keras_batch = saved
 
         return wraps_exactly(driver, original)
@@ -594,7 +594,7 @@ class KerasProbe:
                 fused = max(fused, 1)
             loss = logs.get("loss") if takes_loss and isinstance(logs, dict) else None
             if is_train and rec.driver_depth == 1:
-                rec.fit_progress = _fit_progress(self, batch, rec.keras_epoch)
+                rec.fit_callbacks, rec.fit_batch = self, batch
             rec.add_step(
                 phase,
                 kind,
@@ -705,13 +705,3 @@ def _batches_per_epoch(callbacks: Any, phase_name: str) -> int | None:
     if phase_name == "eval" and getattr(model, "_eval_epoch_iterator", None) is not None:
         return getattr(model._eval_epoch_iterator, "num_batches", None)
     return (getattr(callbacks, "params", None) or {}).get("steps")
-
-
-def _fit_progress(callbacks: Any, batch: int, epoch: int) -> tuple[int, int] | None:
-    """(training steps done, total) of a fit from its CallbackList's ``params`` (epochs, steps
-    per epoch), where Keras knows them; None otherwise."""
-    params = getattr(callbacks, "params", None) or {}
-    epochs, steps = params.get("epochs"), params.get("steps")
-    if not isinstance(epochs, int) or not isinstance(steps, int) or epoch < 0:
-        return None
-    return min(epoch * steps + batch + 1, epochs * steps), epochs * steps

@@ -154,7 +154,7 @@ class LiveView:
             return  # too soon, or the ticker is drawing: a later sample redraws
         try:
             self._next = now + self.interval
-            self._redraw(rec, now, rec.fit_progress)
+            self._redraw(rec, now, rec.fit_progress())
             self.update_seconds += perf_counter() - now
         finally:
             self._lock.release()

@@ -153,13 +153,29 @@ def report_long(label: str, r: dict[str, float]) -> None:
     )
 
 
+def profiled_run(source: str, namespace: dict[str, Any], listener: Any = None) -> tuple[Any, float]:
+    """`source` run as ``%%tfprofile`` runs a cell (loops instrumented, every probe in);
+    returns its Record and the seconds the code ran."""
+    from tfdiag_magic.code_runner import prepare, run
+    from tfdiag_magic.session import Session
+
+    prepared = prepare(source, "<resources>", instrument=True)
+    session = Session(source=source, loops=prepared.loops, namespace=namespace)
+    result = session.start()
+    if listener is not None:
+        session.add_listener(listener)
+    began = perf_counter()
+    try:
+        run(prepared, namespace)
+    finally:
+        session.stop()
+    return result.record, perf_counter() - began
+
+
 def real_run(steps: int) -> None:
     """A profiled loop of tiny tf.function steps, run as %%tfprofile runs a cell."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
-
-    from tfdiag_magic.code_runner import prepare, run
-    from tfdiag_magic.session import Session
 
     source = (
         "v = tf.Variable(0.0)\n"
@@ -172,18 +188,8 @@ def real_run(steps: int) -> None:
         "    step(one)\n"
     )
     namespace = {"tf": tf, "STEPS": steps, "__builtins__": __builtins__}
-    prepared = prepare(source, "<resources>", instrument=True)
-    session = Session(source=source, loops=prepared.loops, namespace=namespace)
-    result = session.start()
     held: list[int] = []
-    session.add_listener(lambda rec: held.append(rec.rows_held))
-    began = perf_counter()
-    try:
-        run(prepared, namespace)
-    finally:
-        session.stop()
-    seconds = perf_counter() - began
-    record = result.record
+    record, seconds = profiled_run(source, namespace, lambda rec: held.append(rec.rows_held))
     rows = record.steps_recorded
     print(
         f"\nreal profiled loop: {steps:,} tf.function steps, {rows:,} rows "
@@ -284,9 +290,6 @@ def real_predict_loop(calls: int) -> None:
     import keras
     import numpy as np
 
-    from tfdiag_magic.code_runner import prepare, run
-    from tfdiag_magic.session import Session
-
     source = "for i in range(CALLS):\n    out = model.predict(x, verbose=0)\n"
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     namespace = {
@@ -295,16 +298,7 @@ def real_predict_loop(calls: int) -> None:
         "CALLS": calls,
         "__builtins__": __builtins__,
     }
-    prepared = prepare(source, "<resources>", instrument=True)
-    session = Session(source=source, loops=prepared.loops, namespace=namespace)
-    result = session.start()
-    began = perf_counter()
-    try:
-        run(prepared, namespace)
-    finally:
-        session.stop()
-    seconds = perf_counter() - began
-    record = result.record
+    record, seconds = profiled_run(source, namespace)
     table = call_table_bytes(record)
     print(
         f"\nreal profiled predict loop: {calls:,} calls ({seconds / calls * 1e3:.0f} ms/call), "

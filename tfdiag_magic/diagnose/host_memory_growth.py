@@ -45,7 +45,8 @@ retracing, models built per step, NumPy arrays accumulated for logging, or a `tf
 filling (which stops growing after one epoch, so it is not reported).
 
 ## Evidence we show
-Which measure grew, bytes per step (a least-squares fit of memory against steps done, after
+Which measure grew (where both did, the one that grew more per step: RSS misses pages reused
+from freed memory, the allocator's count misses what is not a tensor), bytes per step (a least-squares fit of memory against steps done, after
 the first tenth of each span), the total growth within the spans, how many spans were judged,
 how well steps explain it (R²), and the loop the steps ran in.
 
@@ -98,7 +99,11 @@ MIN_MODELS_ALONG = 5
 def check(record: Record, source: str | None) -> Finding | None:
     caches = bool(source) and _caches_in_memory(source)
     spans = _steady_spans(record, caches)
-    growth, measure, within_spans = None, "", False
+    # Each measure is a lower bound on what is kept: RSS misses pages reused from freed memory,
+    # the allocator's count misses what is not a tensor. Growth within the models' spans is
+    # preferred to growth across them, and of two, the measure that rose more per step.
+    within_rises: list[tuple[Growth, str]] = []
+    whole_rises: list[tuple[Growth, str]] = []
     for key in MEASURES:
         values = record.memory.get(key)
         if values is None:
@@ -113,12 +118,13 @@ def check(record: Record, source: str | None) -> Finding | None:
         # or with a cache's first pass, lies between the spans, not within them.
         within = None if many_models else growth_within(record, values, spans)
         if is_steady_rise(within, MIN_TOTAL):
-            growth, measure, within_spans = within, key, True
-            break
-        if within is not None:  # judged, and flat within the spans: nothing kept per step
-            continue
-        if growth is None and is_steady_rise(whole, MIN_TOTAL):
-            growth, measure = whole, key  # kept unless a later measure rises within spans
+            within_rises.append((within, key))
+        elif within is None and is_steady_rise(whole, MIN_TOTAL):
+            whole_rises.append((whole, key))
+        # judged, and flat within the spans: nothing kept per step by this measure
+    within_spans = bool(within_rises)
+    rises = within_rises or whole_rises
+    growth, measure = max(rises, key=lambda rise: rise[0].per_step) if rises else (None, "")
     if growth is None:
         return None
     loops = record.steps["loop"][record.steps["loop"] >= 0]

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Record
-from tfdiag_magic.recorder import KIND, LOSS_BATCH, PHASE, Recorder
+from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Kind, Phase, Record
+from tfdiag_magic.recorder import LOSS_BATCH, Recorder
 from tfdiag_magic.result import ProfileResult
 from tfdiag_magic.stats import phase_stats, warmup_mask
 from tfdiag_magic.views.summary import build_report
@@ -39,8 +39,8 @@ def _add(rec: Recorder, phase: str, start: float, end: float, **kwargs) -> None:
     """One step as a probe would send it, with times given in seconds since the run started."""
     kind = kwargs.pop("kind", "marker")
     rec.add_step(
-        PHASE[phase],
-        KIND[kind],
+        Phase.of(phase),
+        Kind[kind.upper()],
         rec.t0 + start,
         rec.t0 + end,
         kwargs.pop("data_wait", math.nan),
@@ -403,7 +403,7 @@ def test_failure_noted_during_a_step_gives_its_phase_and_index_within_the_phase(
     _add(rec, "eval", 4.0, 4.5)
     _add(rec, "train", 5.0, 5.5)
     exc = RuntimeError("eval batch failed")
-    rec.note_failure(exc, PHASE["eval"])  # the third eval step raised
+    rec.note_failure(exc, Phase.EVAL)  # the third eval step raised
     rec.set_error(exc)
     error = rec.finish().error
     assert error is not None
@@ -419,7 +419,7 @@ def test_exception_raised_while_handling_the_step_failure_keeps_the_steps_phase(
     rec = Recorder()
     _add(rec, "predict", 0.0, 0.1)
     origin = ValueError("bad input")
-    rec.note_failure(origin, PHASE["predict"])
+    rec.note_failure(origin, Phase.PREDICT)
     try:
         try:
             raise origin
@@ -435,7 +435,7 @@ def test_exception_raised_while_handling_the_step_failure_keeps_the_steps_phase(
 def test_unrelated_exception_after_a_step_failure_has_no_phase():
     rec = Recorder()
     _add(rec, "train", 0.0, 0.1)
-    rec.note_failure(ValueError("handled by the cell"), PHASE["train"])
+    rec.note_failure(ValueError("handled by the cell"), Phase.TRAIN)
     rec.set_error(OSError("disk full"))
     error = rec.finish().error
     assert error is not None
@@ -447,7 +447,7 @@ def test_keyboard_interrupt_inside_a_step_is_interrupted_at_that_steps_index():
     for i in range(4):
         _add(rec, "train", i, i + 0.5)
     interrupt = KeyboardInterrupt()
-    rec.note_failure(interrupt, PHASE["train"])
+    rec.note_failure(interrupt, Phase.TRAIN)
     rec.set_error(interrupt)
     error = rec.finish().error
     assert error is not None

@@ -15,8 +15,8 @@ import pytest
 
 from tests.helpers import profiled
 from tfdiag_magic import recorder as recorder_module
-from tfdiag_magic.record import PHASES
-from tfdiag_magic.recorder import KIND, PHASE, ROW_FIELDS, Recorder
+from tfdiag_magic.record import PHASES, Kind, Phase
+from tfdiag_magic.recorder import ROW_FIELDS, Recorder
 from tfdiag_magic.views.summary import build_report
 from tfdiag_magic.views.text import render_text
 
@@ -45,7 +45,9 @@ def _feed(rec: Recorder, n: int) -> dict[str, dict[str, float]]:
         wait = 0.0005 * (i % 3) if phase == "loop" else math.nan
         eager = i % 4 == 0
         kind = "loop" if phase == "loop" else "marker"
-        rec.add_step(PHASE[phase], KIND[kind], start, start + duration, wait, -1, eager, float(i))
+        rec.add_step(
+            Phase.of(phase), Kind[kind.upper()], start, start + duration, wait, -1, eager, float(i)
+        )
         sums = fed[phase]
         sums["count"] += 1
         sums["duration"] += duration
@@ -96,7 +98,7 @@ def test_the_buffer_never_holds_more_than_the_cap_and_the_first_rows_stay_intact
 def _feed_from(rec: Recorder, first: int, n: int) -> None:
     for i in range(first, first + n):
         start = rec.t0 + i * 0.01
-        rec.add_step(PHASE["train"], KIND["marker"], start, start + 0.001, math.nan, -1, False, i)
+        rec.add_step(Phase.TRAIN, Kind.MARKER, start, start + 0.001, math.nan, -1, False, i)
 
 
 def test_a_thinning_in_the_middle_of_fit_keeps_losses_and_callback_times_on_their_rows():
@@ -107,8 +109,8 @@ def test_a_thinning_in_the_middle_of_fit_keeps_losses_and_callback_times_on_thei
     for batch in range(3_000):
         start = rec.t0 + batch * 0.01
         rec.add_step(
-            PHASE["train"],
-            KIND["keras"],
+            Phase.TRAIN,
+            Kind.KERAS,
             start,
             start + 0.002,
             math.nan,
@@ -120,7 +122,7 @@ def test_a_thinning_in_the_middle_of_fit_keeps_losses_and_callback_times_on_thei
         if batch % 40 == 39:  # the callback predicts: 3 rows appended after the batch's row
             for k in range(3):
                 s = start + 0.003 + k * 0.001
-                rec.add_step(PHASE["predict"], KIND["keras"], s, s + 0.0005, math.nan, 0, False)
+                rec.add_step(Phase.PREDICT, Kind.KERAS, s, s + 0.0005, math.nan, 0, False)
         seconds = 0.0001 * (1 + batch % 5)
         rec.add_callback_time(seconds, row=row)
         callbacks[row] = seconds
@@ -149,7 +151,7 @@ def test_step_marks_and_the_error_step_are_exact_across_thinnings():
     late = rec.step_mark()
     _feed_from(rec, 5_150, 77)
     assert rec.seconds_since(late) == pytest.approx(77 * 0.001, rel=1e-9)
-    rec.note_failure(error := RuntimeError("boom"), PHASE["train"])
+    rec.note_failure(error := RuntimeError("boom"), Phase.TRAIN)
     rec.set_error(error)
     assert rec.error.step == 5_227
 
@@ -172,7 +174,7 @@ def test_the_live_reader_sees_every_kept_row_once_across_thinnings():
     read()
     assert len(seen) == len(set(seen))  # no row twice
     assert seen == sorted(seen)
-    assert int(counts[PHASE["train"]]) == rec.count  # what was read plus what was left out
+    assert int(counts[Phase.TRAIN]) == rec.count  # what was read plus what was left out
     record = rec.finish()
     assert set(record.step_index.tolist()) <= set(seen)  # every row the table keeps was read
     assert rec.rows_since(position).rows.shape[0] == 0  # handed over: nothing more to read
@@ -252,9 +254,7 @@ def test_a_nan_loss_in_a_row_left_out_of_the_table_is_still_a_finding():
         for i in range(5_000):
             start = rec.t0 + i * 0.01
             loss = math.nan if i == nan_at else 1.0
-            rec.add_step(
-                PHASE["train"], KIND["marker"], start, start + 0.001, math.nan, -1, 0, loss
-            )
+            rec.add_step(Phase.TRAIN, Kind.MARKER, start, start + 0.001, math.nan, -1, 0, loss)
         return rec.finish()
 
     record = run(nan_at=4_001)
@@ -356,8 +356,8 @@ def test_eager_and_numpy_fed_step_counts_are_exact_past_the_limit():
         start = rec.t0 + i * 0.01
         eager = i % 4 != 0  # three steps in four run eagerly
         rec.add_step(
-            PHASE["train"],
-            KIND["eager_update"],
+            Phase.TRAIN,
+            Kind.EAGER_UPDATE,
             start,
             start + 0.005,
             math.nan,

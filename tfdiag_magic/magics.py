@@ -529,7 +529,7 @@ def _reads_name(source: str, name: str) -> bool:
 
 
 def _sweep_progress(spec: Any, run: Any, index: int) -> str:
-    from .views.units import size
+    from .units import size
 
     h = run.headline
     head = f"tfdiag_magic sweep {index + 1}/{len(spec.values)}: {spec.name}={run.label}"

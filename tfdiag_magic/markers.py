@@ -12,8 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from . import active
-from .record import PHASES
-from .recorder import KIND, PHASE
+from .record import PHASES, Kind, Phase
 
 
 class step:  # noqa: N801 - used as a lowercase context manager, like contextlib's helpers
@@ -55,12 +54,12 @@ class step:  # noqa: N801 - used as a lowercase context manager, like contextlib
         self._rec = None
         end = perf_counter()
         rec.step_depth -= 1
-        phase = PHASE[self.phase]
+        phase = Phase.of(self.phase)
         if exc is not None:
             rec.note_failure(exc, phase)
             return
         # The value is read later with the other losses (NaN if it is not a scalar). Whether
         # a marked block ran eagerly is not known, so it is not claimed (eager=False).
-        rec.add_step(phase, KIND["marker"], self._start, end, self._wait, -1, False, self.loss)
+        rec.add_step(phase, Kind.MARKER, self._start, end, self._wait, -1, False, self.loss)
         if self.phase == "train":
             rec.training_step_done(end)

@@ -8,24 +8,62 @@ record can be built by hand in tests and saved or compared without a TensorFlow 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
 
-PHASES: tuple[str, ...] = ("train", "eval", "predict", "loop", "function")
-"""Step phases. ``loop`` rows are iterations of the cell's own loops; ``function`` rows are
-top-level tf.function calls that update no weights (an evaluation or helper function)."""
 
-KINDS: tuple[str, ...] = ("keras", "on_batch", "tf_function", "eager_update", "marker", "loop")
-"""What produced a step row: a Keras fit/evaluate/predict batch, a ``*_on_batch`` call, a
-tf.function call, an eager optimizer update, an explicit ``step()`` marker, or a loop iteration."""
+class Phase(IntEnum):
+    """Step phases, stored in the ``phase`` column. ``LOOP`` rows are iterations of the cell's own
+    loops; ``FUNCTION`` rows are top-level tf.function calls that update no weights (an
+    evaluation or helper function)."""
+
+    TRAIN = 0
+    EVAL = 1
+    PREDICT = 2
+    LOOP = 3
+    FUNCTION = 4
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def of(cls, label: str) -> Phase:
+        """The phase named `label` ("train", "eval", ...)."""
+        return cls[label.upper()]
+
+
+class Kind(IntEnum):
+    """What produced a step row, stored in the ``kind`` column: a Keras fit/evaluate/predict
+    batch, a ``*_on_batch`` call, a tf.function call, an eager optimizer update, an explicit
+    ``step()`` marker, or a loop iteration."""
+
+    KERAS = 0
+    ON_BATCH = 1
+    TF_FUNCTION = 2
+    EAGER_UPDATE = 3
+    MARKER = 4
+    LOOP = 5
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+PHASES: tuple[str, ...] = tuple(phase.label for phase in Phase)
+"""The phases' labels, in code order (the ``phase`` column's categories)."""
+
+KINDS: tuple[str, ...] = tuple(kind.label for kind in Kind)
+"""The kinds' labels, in code order (the ``kind`` column's categories)."""
 
 STEP_COLUMNS: dict[str, type] = {
     "start": np.float64,  # seconds since the run started
     "duration": np.float64,  # seconds inside the step itself
     "data_wait": np.float64,  # seconds waiting for input just before the step; NaN: not observable
-    "phase": np.uint8,  # index into PHASES
-    "kind": np.uint8,  # index into KINDS
+    "phase": np.uint8,  # a Phase
+    "kind": np.uint8,  # a Kind
     "epoch": np.int32,  # Keras epoch, or the outer loop's iteration for nested custom loops; -1
     # The loss the step reported, NaN and Inf included; NaN also where `no_loss` is set.
     "loss": np.float32,
@@ -88,7 +126,7 @@ class DroppedSteps:
     def total(self, name: str, phase: str | None = None) -> float:
         """The sum `name` over the dropped rows of `phase` (of every phase for None)."""
         values = self.sums[name]
-        return float(values.sum() if phase is None else values[PHASES.index(phase)])
+        return float(values.sum() if phase is None else values[Phase.of(phase)])
 
 
 @dataclass
@@ -289,7 +327,7 @@ class Record:
         return len(self.keras_calls) + sum(group.calls for group in self.keras_call_groups)
 
     def phase_mask(self, phase: str) -> np.ndarray:
-        return self.steps["phase"] == PHASES.index(phase)
+        return self.steps["phase"] == Phase.of(phase)
 
     def phase_counts(self) -> dict[str, int]:
         """Rows recorded per phase, exact also where the table is reduced."""

@@ -24,7 +24,6 @@ import numpy as np
 
 from .record import (
     DROPPED_SUMS,
-    KINDS,
     OTHER_CALLS,
     PHASES,
     STEP_COLUMNS,
@@ -32,13 +31,12 @@ from .record import (
     ErrorInfo,
     KerasCall,
     KerasCallGroup,
+    Kind,
     LoopInfo,
+    Phase,
     Record,
     WarningRecord,
 )
-
-PHASE = {name: i for i, name in enumerate(PHASES)}
-KIND = {name: i for i, name in enumerate(KINDS)}
 
 _POST_RUN_COLUMNS = ("traced", "gc_time")  # filled from other tables after the run
 # The hot path writes a step as one run of float64s into a single buffer (one place in memory
@@ -63,8 +61,6 @@ WIDTH = len(ROW_FIELDS)
 _LOSS = ROW_FIELDS.index("loss")
 _NO_LOSS = ROW_FIELDS.index("no_loss")
 _DURATION = ROW_FIELDS.index("duration")
-_LOOP_KIND = KINDS.index("loop")
-_LOOP_PHASE = PHASES.index("loop")
 _PHASE = ROW_FIELDS.index("phase")
 _CALLBACK = ROW_FIELDS.index("callback_time")
 _START = ROW_FIELDS.index("start")
@@ -237,7 +233,7 @@ class Recorder:
 
         This runs once per step: it reads no clock and touches nothing but the columns.
         """
-        if self.pending_host_bytes and kind != _LOOP_KIND:
+        if self.pending_host_bytes and kind != Kind.LOOP:
             host_bytes += self.pending_host_bytes
             self.pending_host_bytes = 0.0
         if loop_id is None:
@@ -628,8 +624,8 @@ class Recorder:
             totals[3] += 1
             return
         self.add_step(
-            _LOOP_PHASE,
-            _LOOP_KIND,
+            Phase.LOOP,
+            Kind.LOOP,
             body_start,
             now,
             state.wait,
@@ -720,7 +716,7 @@ class Recorder:
             phase = PHASES[self._failure[1]]
             size = self._failure[2]
             batch = int(size) if size == size and size > 0 else None
-        code = PHASE[phase or "train"]
+        code = Phase.of(phase or "train")
         phases = np.frombuffer(self._rows, dtype=np.float64)[_PHASE::WIDTH]
         left_out = int(self._dropped[_SUM["count"], code])
         self.error = ErrorInfo(

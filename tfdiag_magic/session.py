@@ -35,7 +35,7 @@ from .probes.memory import MemoryProbe
 from .probes.nvml_sampler import NVMLSampler
 from .probes.optimizer_updates import OptimizerProbe
 from .probes.tf_functions import TFFunctionProbe
-from .record import KINDS, LoopInfo, Record
+from .record import KINDS, Kind, LoopInfo, Record
 from .recorder import Recorder
 from .result import ProfileResult
 from .tf_runtime import import_tensorflow, read_losses
@@ -179,7 +179,7 @@ class Session:
         result.record = record
         from .diagnose import diagnose
 
-        result.findings = self._stage("diagnosis", diagnose, record) or []
+        result.findings = self._stage("diagnosis", diagnose, record, result.add_problem) or []
         return result
 
     def _stage(self, name: str, function: Callable[..., Any], *args: Any) -> Any:
@@ -375,7 +375,7 @@ def _attribute_events(record: Record) -> None:
     trace_times = np.array([t.time for t in record.traces], dtype=np.float64)
     gc_times = record.gc.get("time", np.zeros(0))
     gc_durations = record.gc.get("duration", np.zeros(0))
-    is_loop = steps["kind"] == KINDS.index("loop")
+    is_loop = steps["kind"] == Kind.LOOP
     groups = [
         np.flatnonzero(steps["kind"] == kind) for kind in range(len(KINDS)) if KINDS[kind] != "loop"
     ]

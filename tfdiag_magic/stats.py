@@ -13,9 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .record import KINDS, PHASES, Record
-
-LOOP_KIND = KINDS.index("loop")
+from .record import PHASES, Kind, Record
 
 
 @dataclass
@@ -123,7 +121,7 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
 
 def time_split(record: Record) -> TimeSplit:
     steps = record.steps
-    is_loop = steps["kind"] == LOOP_KIND
+    is_loop = steps["kind"] == Kind.LOOP
     compute = _covered_time(steps["start"][~is_loop], steps["duration"][~is_loop])
     loop_waits = steps["data_wait"][is_loop]
     data_wait = float(np.nansum(loop_waits)) if loop_waits.size else 0.0
@@ -136,7 +134,7 @@ def time_split(record: Record) -> TimeSplit:
         compute += left_out * (compute / kept if kept > 0 else 1.0)
     wall = float(record.wall_time)
     observable = bool(is_loop.any())
-    keras_steps = bool((steps["kind"] == KINDS.index("keras")).any())
+    keras_steps = bool((steps["kind"] == Kind.KERAS).any())
     if keras_steps:
         note = (
             "Keras fit/evaluate/predict read their input inside each step, so its wait is in "
@@ -175,7 +173,7 @@ def _covered_time(starts: np.ndarray, durations: np.ndarray) -> float:
 
 def _outermost(record: Record) -> int:
     steps = record.steps
-    is_loop = steps["kind"] == LOOP_KIND
+    is_loop = steps["kind"] == Kind.LOOP
     first = np.flatnonzero(is_loop)
     return int(steps["loop"][first[0]]) if first.size else -1
 

@@ -9,11 +9,11 @@ rule's documentation (``%tfprofile --explain CODE``, ``python -m tfdiag_magic ex
 from __future__ import annotations
 
 import importlib
-import sys
 from types import ModuleType
 
 from ..findings import Finding
 from ..record import Record
+from .evidence import ProblemSink, problems_to, report_problem
 
 RULE_MODULES: tuple[str, ...] = (
     "oom",
@@ -46,24 +46,22 @@ def codes() -> list[str]:
     return [rule.CODE for rule in rules()]
 
 
-def diagnose(record: Record) -> list[Finding]:
+def diagnose(record: Record, on_problem: ProblemSink | None = None) -> list[Finding]:
     """Every finding of the run, most important first (errors, then by time at stake).
 
-    A rule that fails is reported on stderr and skipped: one broken rule must not cost the
-    user the rest of the diagnosis or the record.
+    A rule or a rewrite that fails is reported on stderr and to `on_problem(stage, error)`
+    (the result's "Profiler problems"), and skipped: one broken rule must not cost the user the
+    rest of the diagnosis or the record.
     """
     from ..rewrite.common import namespace_modules
 
     findings: list[Finding] = []
-    with namespace_modules(record.facts.get("namespace_modules") or {}):
+    with namespace_modules(record.facts.get("namespace_modules") or {}), problems_to(on_problem):
         for rule in rules():
             try:
                 finding = rule.check(record, record.source)
             except Exception as exc:
-                print(
-                    f"tfdiag_magic: the {rule.CODE} check failed: {type(exc).__name__}: {exc}",
-                    file=sys.stderr,
-                )
+                report_problem(f"the {rule.CODE} check", exc)
                 continue
             if finding is not None:
                 findings.append(finding)

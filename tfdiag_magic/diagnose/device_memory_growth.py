@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..findings import Finding
 from ..record import Record
-from ..views.units import size
+from ..rewrite import detach_appends
+from ..units import size
 from .evidence import first_rewrite, rounded, with_rewrite
 from .growth import is_steady_rise, steady_growth
 
@@ -71,4 +72,4 @@ def check(record: Record, source: str | None) -> Finding | None:
         fix="Keep Python floats or NumPy copies instead of tensors in lists and on objects.",
         evidence=evidence,
     )
-    return with_rewrite(finding, source, first_rewrite(source, ("detach_appends", {})))
+    return with_rewrite(finding, source, first_rewrite(source, (detach_appends, {})))

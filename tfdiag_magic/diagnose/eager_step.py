@@ -6,7 +6,8 @@ import numpy as np
 
 from ..findings import Finding
 from ..record import KINDS, Record
-from ..views.units import seconds
+from ..rewrite import compile_eager_step
+from ..units import seconds
 from .evidence import first_rewrite, rounded, steady_rows, training_rows, with_rewrite
 
 CODE = "eager-step"
@@ -79,7 +80,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         # the kept rows' time, scaled to every eager step where the table kept a sample
         impact=float(durations.sum()) * 0.5 * eager_total / eager_rows.size,
     )
-    return with_rewrite(finding, source, first_rewrite(source, ("compile_eager_step", {})))
+    return with_rewrite(finding, source, first_rewrite(source, (compile_eager_step, {})))
 
 
 _FUNCTIONS_EAGERLY = (

@@ -3,28 +3,26 @@ step times, loops of the cell, and attaching a rewrite of the cell to a finding.
 
 from __future__ import annotations
 
-import importlib
+import contextlib
+import contextvars
 import math
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ..findings import Finding
-from ..record import KINDS, PHASES, Record
+from ..record import Phase, Record
 from ..stats import warmup_mask
-
-TRAIN = PHASES.index("train")
-LOOP_PHASE = PHASES.index("loop")
-KIND_LOOP = KINDS.index("loop")
-KIND_KERAS = KINDS.index("keras")
 
 
 def rows_of_phase(record: Record, phase: str) -> np.ndarray:
-    return np.flatnonzero(record.steps["phase"] == PHASES.index(phase))
+    return np.flatnonzero(record.steps["phase"] == Phase.of(phase))
 
 
 def training_rows(record: Record) -> np.ndarray:
-    return np.flatnonzero(record.steps["phase"] == TRAIN)
+    return np.flatnonzero(record.steps["phase"] == Phase.TRAIN)
 
 
 def steady_rows(record: Record, rows: np.ndarray) -> np.ndarray:
@@ -81,18 +79,45 @@ def rounded(value: float | None, digits: int = 4) -> float | None:
     return float(f"{value:.{digits}g}")
 
 
-def rewrite(name: str, source: str | None, **facts: Any) -> str | None:
-    """Run the rewrite `name` of `tfdiag_magic.rewrite` on the cell; None when it does not apply.
+RewriteFunction = Callable[..., "str | None"]
+ProblemSink = Callable[[str, BaseException], Any]
 
-    A rewrite that fails is a rewrite not offered: the finding stands on its numbers alone.
+_problem_sink: contextvars.ContextVar[ProblemSink | None] = contextvars.ContextVar(
+    "tfdiag_problem_sink", default=None
+)
+
+
+@contextlib.contextmanager
+def problems_to(sink: ProblemSink | None) -> Iterator[None]:
+    """Within the block, a failing rule or rewrite is also handed to `sink(stage, error)` (the
+    result's "Profiler problems"), besides the line on stderr."""
+    token = _problem_sink.set(sink)
+    try:
+        yield
+    finally:
+        _problem_sink.reset(token)
+
+
+def report_problem(stage: str, error: BaseException) -> None:
+    """A failure of the diagnosis itself: a line on stderr, and one in the report."""
+    print(f"tfdiag_magic: {stage} failed: {type(error).__name__}: {error}", file=sys.stderr)
+    sink = _problem_sink.get()
+    if sink is not None:
+        sink(stage, error)
+
+
+def rewrite(function: RewriteFunction, source: str | None, **facts: Any) -> str | None:
+    """`function` (one of `tfdiag_magic.rewrite`) run on the cell; None when it does not apply.
+
+    A rewrite that fails is reported like a failing rule, and the finding stands on its numbers
+    alone.
     """
     if not source:
         return None
     try:
-        module = importlib.import_module("tfdiag_magic.rewrite")
-        function = getattr(module, name)
         result = function(source, **facts)
-    except Exception:
+    except Exception as exc:
+        report_problem(f"the {function.__name__} rewrite", exc)
         return None
     if not isinstance(result, str) or result.strip() == source.strip():
         return None
@@ -109,9 +134,12 @@ def with_rewrite(finding: Finding, source: str | None, new_source: str | None) -
     return finding
 
 
-def first_rewrite(source: str | None, *attempts: tuple[str, dict[str, Any]]) -> str | None:
-    for name, facts in attempts:
-        result = rewrite(name, source, **facts)
+def first_rewrite(
+    source: str | None, *attempts: tuple[RewriteFunction, dict[str, Any]]
+) -> str | None:
+    """The first of the rewrites tried in order that applies to the cell."""
+    for function, facts in attempts:
+        result = rewrite(function, source, **facts)
         if result is not None:
             return result
     return None

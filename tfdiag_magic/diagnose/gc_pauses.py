@@ -9,7 +9,7 @@ import numpy as np
 from ..findings import Finding
 from ..record import Record
 from ..stats import gc_stats
-from ..views.units import seconds, share
+from ..units import seconds, share
 from .evidence import rounded
 
 CODE = "gc-pauses"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..record import KINDS, Record
+from ..record import Kind, Record
 
 
 @dataclass
@@ -33,7 +33,7 @@ def steps_done(record: Record) -> np.ndarray | None:
     if times is None:
         return record.memory.get("step")
     steps = record.steps
-    is_loop = steps["kind"] == KINDS.index("loop")
+    is_loop = steps["kind"] == Kind.LOOP
     rows = ~is_loop
     if not rows.any() and is_loop.any():
         loops = steps["loop"][is_loop]

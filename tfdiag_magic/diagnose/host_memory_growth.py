@@ -10,8 +10,9 @@ from collections import Counter
 import numpy as np
 
 from ..findings import Finding
-from ..record import KINDS, ModelBuilt, Record
-from ..views.units import size
+from ..record import Kind, ModelBuilt, Record
+from ..rewrite import detach_appends
+from ..units import size
 from .evidence import first_rewrite, loop_label, rounded, with_rewrite
 from .growth import MIN_SPAN_STEPS, Growth, growth_within, is_steady_rise, steady_growth
 
@@ -46,9 +47,10 @@ filling (which stops growing after one epoch, so it is not reported).
 
 ## Evidence we show
 Which measure grew (where both did, the one that grew more per step: RSS misses pages reused
-from freed memory, the allocator's count misses what is not a tensor), bytes per step (a least-squares fit of memory against steps done, after
-the first tenth of each span), the total growth within the spans, how many spans were judged,
-how well steps explain it (R²), and the loop the steps ran in.
+from freed memory, the allocator's count misses what is not a tensor), bytes per step (a
+least-squares fit of memory against steps done, after the first tenth of each span), the total
+growth within the spans, how many spans were judged, how well steps explain it (R²), and the
+loop the steps ran in.
 
 ## Fix
 Keep Python numbers, not tensors: `losses.append(float(loss))`; write logs to disk; clear
@@ -180,7 +182,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=0.0,
     )
-    return with_rewrite(finding, source, first_rewrite(source, ("detach_appends", {})))
+    return with_rewrite(finding, source, first_rewrite(source, (detach_appends, {})))
 
 
 def _models_built_during(record: Record, start: float, end: float) -> list[ModelBuilt]:
@@ -228,7 +230,7 @@ def _single_pass_over_cache(record: Record, source: str | None) -> bool:
     if not source or not _caches_in_memory(source):
         return False
     steps = record.steps
-    work = steps["kind"] != KINDS.index("loop")
+    work = steps["kind"] != Kind.LOOP
     return np.unique(steps["epoch"][work]).size <= 1
 
 
@@ -262,7 +264,7 @@ def _steady_spans(record: Record, caches: bool) -> list[tuple[float, float]]:
     if starts.size == 0:
         return [(-np.inf, np.inf)]
     ends = starts + steps["duration"]
-    work = steps["kind"] != KINDS.index("loop")
+    work = steps["kind"] != Kind.LOOP
     cuts = sorted(m.time for m in record.models if m.time > starts.min())
     bounds = [-np.inf, *cuts, np.inf]
     spans: list[tuple[float, float]] = []

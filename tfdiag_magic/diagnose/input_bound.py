@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from ..findings import Finding
-from ..record import KINDS, PHASES, Record
-from ..views.units import rate, seconds, share
+from ..record import Kind, Phase, Record
+from ..rewrite import tune_input_pipeline
+from ..units import rate, seconds, share
 from .evidence import (
     first_rewrite,
     loop_label,
@@ -104,7 +105,6 @@ MIN_REPEATS = 2  # epochs after the first whose first step shows the repeated wo
 # augmentation sharing the 2 CPUs with a conv step waited 0-23% (notebook 03), a wait that no
 # pipeline option removes on two cores. 30% keeps that out, with a wide margin on both sides.
 MIN_DATASET_SHARE = 0.3
-TRAIN = PHASES.index("train")
 
 
 def check(record: Record, source: str | None) -> Finding | None:
@@ -179,14 +179,14 @@ def _loop_waits(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=excess,
     )
-    return with_rewrite(finding, source, first_rewrite(source, ("tune_input_pipeline", {})))
+    return with_rewrite(finding, source, first_rewrite(source, (tune_input_pipeline, {})))
 
 
 def _cross_device_loop(record: Record, loop_id: int) -> bool:
     """Whether the loop iterates a distributed or copy-to-device dataset: such an iterator
     traces its cross-device functions when the loop creates it (at each start of the loop)."""
     steps = record.steps
-    rows = np.flatnonzero((steps["kind"] == KINDS.index("loop")) & (steps["loop"] == loop_id))
+    rows = np.flatnonzero((steps["kind"] == Kind.LOOP) & (steps["loop"] == loop_id))
     if rows.size == 0:
         return False
     first = rows[0]
@@ -202,7 +202,7 @@ def _call_step_median(record: Record, call) -> float | None:
     """Median steady time of a Keras call's training steps (tracing steps left out)."""
     steps = record.steps
     inside = (steps["start"] >= call.start) & (steps["start"] <= call.start + call.duration)
-    rows = steady_rows(record, np.flatnonzero(inside & (steps["phase"] == TRAIN)))
+    rows = steady_rows(record, np.flatnonzero(inside & (steps["phase"] == Phase.TRAIN)))
     if rows.size < 3:
         return None
     # A row of a fused call (steps_per_execution) already holds its share of the call.
@@ -276,7 +276,7 @@ def _keras_generator(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=best.data_time,
     )
-    return with_rewrite(finding, source, first_rewrite(source, ("tune_input_pipeline", {})))
+    return with_rewrite(finding, source, first_rewrite(source, (tune_input_pipeline, {})))
 
 
 def _waited_share(call) -> float:
@@ -345,7 +345,7 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=waited,
     )
-    return with_rewrite(finding, source, first_rewrite(source, ("tune_input_pipeline", {})))
+    return with_rewrite(finding, source, first_rewrite(source, (tune_input_pipeline, {})))
 
 
 def _epoch_starts(record: Record, source: str | None) -> Finding | None:
@@ -366,7 +366,7 @@ def _epoch_starts(record: Record, source: str | None) -> Finding | None:
             # strategy that no cache removes.
             continue
         inside = (steps["start"] >= call.start) & (steps["start"] <= end)
-        rows = np.flatnonzero(inside & (steps["phase"] == TRAIN))
+        rows = np.flatnonzero(inside & (steps["phase"] == Phase.TRAIN))
         steady = steady_rows(record, rows)
         if rows.size < 5 or steady.size < 3:
             continue
@@ -434,7 +434,5 @@ def _epoch_starts(record: Record, source: str | None) -> Finding | None:
     return with_rewrite(
         finding,
         source,
-        first_rewrite(
-            source, ("tune_input_pipeline", {"cache": True}), ("tune_input_pipeline", {})
-        ),
+        first_rewrite(source, (tune_input_pipeline, {"cache": True}), (tune_input_pipeline, {})),
     )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ..findings import Finding
 from ..record import Record
+from ..rewrite import memory_growth_first
 from ..stats import memory_stats
-from ..views.units import size
+from ..units import size
 from .evidence import rewrite, rounded, with_rewrite
 from .gpu_facts import env, nvml_devices, nvml_series, tf_gpus
 
@@ -84,5 +85,5 @@ def check(record: Record, source: str | None) -> Finding | None:
                     "memory_growth": False,
                 },
             )
-            return with_rewrite(finding, source, rewrite("memory_growth_first", source))
+            return with_rewrite(finding, source, rewrite(memory_growth_first, source))
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..findings import Finding
 from ..record import Record
+from ..rewrite import mixed_precision
 from .evidence import first_rewrite, training_rows, with_rewrite
 from .gpu_facts import nvml_devices, tf_gpus
 
@@ -94,4 +95,4 @@ def check(record: Record, source: str | None) -> Finding | None:
             "matmul_layer_share": round(share, 3) if share is not None else None,
         },
     )
-    return with_rewrite(finding, source, first_rewrite(source, ("mixed_precision", {})))
+    return with_rewrite(finding, source, first_rewrite(source, (mixed_precision, {})))

@@ -8,8 +8,9 @@ from collections import defaultdict
 import numpy as np
 
 from ..findings import Finding
-from ..record import PHASES, ModelBuilt, Record
-from ..views.units import size
+from ..record import ModelBuilt, Phase, Record
+from ..rewrite import clear_session_in_loop
+from ..units import size
 from .evidence import first_rewrite, loop_label, loop_line, rounded, with_rewrite
 
 CODE = "model-rebuilt-in-loop"
@@ -122,7 +123,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     )
     lineno = loop_line(record, loop)
     return with_rewrite(
-        finding, source, first_rewrite(source, ("clear_session_in_loop", {"loop_lineno": lineno}))
+        finding, source, first_rewrite(source, (clear_session_in_loop, {"loop_lineno": lineno}))
     )
 
 
@@ -132,7 +133,7 @@ def _training_steps_in_loop(record: Record, loop: int) -> int:
     training row stands for its share of the training rows left out (an estimate; exact
     where the table keeps every row)."""
     steps = record.steps
-    train = steps["phase"] == PHASES.index("train")
+    train = steps["phase"] == Phase.TRAIN
     mine = train & (steps["loop"] == loop)
     dropped, index = record.dropped, record.step_index
     if dropped is None or index is None or not record.reduced:

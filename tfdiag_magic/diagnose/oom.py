@@ -9,8 +9,9 @@ import numpy as np
 
 from ..findings import Finding
 from ..record import Record
+from ..rewrite import gradient_accumulation, larger_batch
 from ..stats import memory_stats
-from ..views.units import size
+from ..units import size
 from .evidence import first_rewrite, rounded, training_rows, with_rewrite
 
 CODE = "oom"
@@ -133,7 +134,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         " precision on a GPU, or a smaller model/input.",
         evidence={k: (rounded(v) if isinstance(v, float) else v) for k, v in evidence.items()},
     )
-    new = first_rewrite(source, ("gradient_accumulation", {"steps": 2}))
+    new = first_rewrite(source, (gradient_accumulation, {"steps": 2}))
     if new is None and batch and batch >= 2:
-        new = first_rewrite(source, ("larger_batch", {"batch_size": max(batch // 2, 1)}))
+        new = first_rewrite(source, (larger_batch, {"batch_size": max(batch // 2, 1)}))
     return with_rewrite(finding, source, new)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding
-from ..record import KINDS, Record
-from ..views.units import seconds, share, size
+from ..record import Kind, Record
+from ..rewrite import numpy_batches_to_dataset
+from ..units import seconds, share, size
 from .evidence import first_rewrite, loop_label, loop_line, rounded, training_rows, with_rewrite
 
 CODE = "per-step-host-conversion"
@@ -115,7 +116,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     return with_rewrite(
         finding,
         source,
-        first_rewrite(source, ("numpy_batches_to_dataset", {"loop_lineno": lineno})),
+        first_rewrite(source, (numpy_batches_to_dataset, {"loop_lineno": lineno})),
     )
 
 
@@ -124,7 +125,7 @@ def _outside_steps(record: Record, loop: int) -> tuple[float, float]:
     for info in record.loops:
         if info.id == loop:
             steps = record.steps
-            inside = (steps["loop"] == loop) & (steps["kind"] != KINDS.index("loop"))
+            inside = (steps["loop"] == loop) & (steps["kind"] != Kind.LOOP)
             step_time = float(steps["duration"][inside].sum())
             return max(info.seconds - step_time, 0.0), info.seconds + info.wait
     return 0.0, 0.0

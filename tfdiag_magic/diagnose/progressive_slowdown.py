@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding
-from ..record import KINDS, PHASES, Record
-from ..views.units import seconds
+from ..record import Kind, Phase, Record
+from ..units import seconds
 from .evidence import loop_label, rounded
 
 CODE = "progressive-slowdown"
@@ -120,7 +120,7 @@ def check(record: Record, source: str | None) -> Finding | None:
 def _series(record: Record):
     steps = record.steps
     for phase in ("train", "predict", "eval", "function"):
-        rows = np.flatnonzero(steps["phase"] == PHASES.index(phase))
+        rows = np.flatnonzero(steps["phase"] == Phase.of(phase))
         if rows.size < MIN_STEPS:
             continue
         label = f"{phase} steps" if phase != "train" else "training steps"
@@ -130,7 +130,7 @@ def _series(record: Record):
     # The iterations of the cell's loops, whether or not they hold steps: what slows down may
     # be the Python around the step (a list of tensors stacked every iteration, a tensor
     # concatenated onto), not the step itself.
-    is_loop = steps["kind"] == KINDS.index("loop")
+    is_loop = steps["kind"] == Kind.LOOP
     for loop_id in np.unique(steps["loop"][is_loop]).tolist():
         rows = np.flatnonzero(is_loop & (steps["loop"] == loop_id))
         # Models built by an enclosing loop (a sweep) start new groups; models built by this
@@ -220,7 +220,7 @@ def _half_rises(medians: np.ndarray) -> tuple[float, float]:
 def _same_series(record: Record, row: int) -> np.ndarray:
     steps = record.steps
     same = steps["phase"] == steps["phase"][row]
-    if steps["kind"][row] == KINDS.index("loop"):
+    if steps["kind"][row] == Kind.LOOP:
         same &= steps["loop"] == steps["loop"][row]
     return same
 

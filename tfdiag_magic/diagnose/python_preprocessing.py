@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..findings import Finding
 from ..record import LoopInfo, Record
-from ..views.units import seconds, share
+from ..rewrite import vectorise_element_loop
+from ..units import seconds, share
 from .evidence import (
     first_rewrite,
     loop_label,
@@ -94,7 +95,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         finding,
         source,
         first_rewrite(
-            source, ("vectorise_element_loop", {"loop_lineno": loop_line(record, loop.id)})
+            source, (vectorise_element_loop, {"loop_lineno": loop_line(record, loop.id)})
         ),
     )
 

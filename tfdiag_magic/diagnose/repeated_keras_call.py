@@ -6,8 +6,9 @@ import bisect
 from collections import defaultdict
 
 from ..findings import Finding
-from ..record import OTHER_CALLS, KerasCall, KerasCallGroup, Record
-from ..views.units import seconds, share
+from ..record import OTHER_CALLS, KerasCall, KerasCallGroup, Kind, Record
+from ..rewrite import compile_once, fit_once, predict_in_loop
+from ..units import seconds, share
 from .evidence import first_rewrite, loop_label, loop_line, rounded, with_rewrite
 
 CODE = "repeated-keras-call"
@@ -100,9 +101,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     }
     lineno = loop_line(record, loop)
     attempts = {
-        "predict": [("predict_in_loop", {"loop_lineno": lineno})],
-        "compile": [("compile_once", {})],
-        "fit": [("fit_once", {})],
+        "predict": [(predict_in_loop, {"loop_lineno": lineno})],
+        "compile": [(compile_once, {})],
+        "fit": [(fit_once, {})],
         "evaluate": [],
     }[api]
     fix = {
@@ -182,14 +183,12 @@ def _retracing_after(record: Record, compiles: list[KerasCall], builds: Builds) 
     from the calls kept one by one and the step table: a lower bound on a very long run."""
     import numpy as np
 
-    from ..record import KINDS
-
     if not compiles:
         return 0.0
     steps = record.steps
     first = min(c.start for c in compiles)
     key = (compiles[0].model, compiles[0].loop, _built(builds, compiles[0]))
-    keras_traced = (steps["kind"] == KINDS.index("keras")) & steps["traced"]
+    keras_traced = (steps["kind"] == Kind.KERAS) & steps["traced"]
     total = 0.0
     for call in record.keras_calls:
         if call.api == "compile" or call.start <= first:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding
-from ..record import KINDS, Record
-from ..views.units import seconds
+from ..record import Kind, Record
+from ..rewrite import hoist_function, reduce_retracing, scalars_to_tensors
+from ..units import seconds
 from .evidence import first_rewrite, rounded, with_rewrite
 from .signatures import changing_arguments, is_python_value, is_shape_change
 
@@ -72,9 +73,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     trace_time = sum(t.duration for t in events)
     changing = changing_arguments([t.signature for t in events])
     steps = record.steps
-    calls = steps["kind"] == KINDS.index("tf_function")
+    calls = steps["kind"] == Kind.TF_FUNCTION
     if not calls.any():
-        calls = steps["kind"] != KINDS.index("loop")
+        calls = steps["kind"] != Kind.LOOP
     untraced = steps["duration"][calls & ~steps["traced"]]
     traced = steps["duration"][calls & steps["traced"]]
     evidence = {
@@ -126,7 +127,7 @@ def _cause(function, changing: dict[str, list[str]]) -> tuple[str, list]:
             f"{function.objects} separate tf.function objects were made for `{function.name}`:"
             " each new object traces on its first call, so creating the function inside a loop"
             " (or wrapping a bound method anew) traces every time.",
-            [("hoist_function", {})],
+            [(hoist_function, {})],
         )
     python_args = [k for k, v in changing.items() if any(is_python_value(x) for x in v)]
     if python_args:
@@ -137,8 +138,8 @@ def _cause(function, changing: dict[str, list[str]]) -> tuple[str, list]:
             " a Python value is part of the graph's signature, so each new value traces a new"
             " graph.",
             [
-                ("scalars_to_tensors", {"function": name, "arguments": python_args}),
-                ("reduce_retracing", {"function": name}),
+                (scalars_to_tensors, {"function": name, "arguments": python_args}),
+                (reduce_retracing, {"function": name}),
             ],
         )
     shape_args = [k for k, v in changing.items() if is_shape_change(v)]
@@ -147,12 +148,12 @@ def _cause(function, changing: dict[str, list[str]]) -> tuple[str, list]:
         return (
             f"The tensor argument {shown} arrives with new shapes"
             f" ({'; '.join(changing[shape_args[0]][:2])}): each new shape traces a new graph.",
-            [("reduce_retracing", {"function": name})],
+            [(reduce_retracing, {"function": name})],
         )
     return (
         f"`{function.name}` was traced {function.traces} times; the recorded signatures do not"
         " show which input changed (a closure, a global or a default argument may).",
-        [("reduce_retracing", {"function": name}), ("hoist_function", {})],
+        [(reduce_retracing, {"function": name}), (hoist_function, {})],
     )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding
-from ..record import KINDS, PHASES, Record
+from ..record import Kind, Phase, Record
 from ..stats import warmup_mask
-from ..views.units import seconds, share
+from ..units import seconds, share
 from .evidence import rounded
 
 CODE = "slow-callback"
@@ -49,8 +49,8 @@ def check(record: Record, source: str | None) -> Finding | None:
     # Phase by phase: a predict or evaluate run from inside a training callback has batches
     # of its own, whose time is already in the training callback's.
     for phase in ("train", "eval", "predict"):
-        in_phase = steps["phase"] == PHASES.index(phase)
-        keras_rows = (steps["kind"] == KINDS.index("keras")) & in_phase
+        in_phase = steps["phase"] == Phase.of(phase)
+        keras_rows = (steps["kind"] == Kind.KERAS) & in_phase
         rows = keras_rows & steady
         if not rows.any():
             continue

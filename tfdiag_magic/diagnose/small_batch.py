@@ -6,7 +6,8 @@ import numpy as np
 
 from ..findings import Finding
 from ..record import Record
-from ..views.units import rate, seconds
+from ..rewrite import larger_batch
+from ..units import rate, seconds
 from .evidence import first_rewrite, rounded, steady_rows, training_rows, with_rewrite
 
 CODE = "small-batch"
@@ -86,5 +87,5 @@ def check(record: Record, source: str | None) -> Finding | None:
     return with_rewrite(
         finding,
         source,
-        first_rewrite(source, ("larger_batch", {"batch_size": SUGGESTED_BATCH})),
+        first_rewrite(source, (larger_batch, {"batch_size": SUGGESTED_BATCH})),
     )

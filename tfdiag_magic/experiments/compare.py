@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..views.units import size
+from ..units import size
 from .headline import Headline, headline_of
 
 if TYPE_CHECKING:

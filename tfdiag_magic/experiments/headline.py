@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..findings import Finding
-from ..record import KINDS, PHASES, Record
+from ..record import KINDS, Phase, Record
 from ..stats import memory_stats, time_split, warmup_mask
 
 PAUSE_FACTOR = 5.0
@@ -88,7 +88,7 @@ def headline_of(record: Record, findings: list[Finding] | None = None) -> Headli
         "throughput_unit": "",
     }
     if phase is not None:
-        numbers.update(_phase_numbers(record, PHASES.index(phase)))
+        numbers.update(_phase_numbers(record, Phase.of(phase)))
     return Headline(
         phase=phase,
         compute_share=split.compute / wall if wall > 0 else None,

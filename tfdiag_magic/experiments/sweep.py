@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..views.units import seconds, size
+from ..units import seconds, size
 from .compare import NOISE, factor
 from .headline import Headline, headline_of
 from .sweep_spec import SweepSpec, value_label

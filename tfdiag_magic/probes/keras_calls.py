@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
-from ..record import KerasCall
-from ..recorder import KIND, PHASE, Recorder, StepMark
+from ..record import KerasCall, Kind, Phase
+from ..recorder import Recorder, StepMark
 from .inputs import batch_size_of, data_kind, inspect_inputs
 from .patching import Patcher, defining_class, wraps_exactly
 
@@ -515,8 +515,8 @@ class KerasProbe:
         return wraps_exactly(driver, original)
 
     def _on_batch(self, rec: Recorder, original: Any, phase_name: str) -> Any:
-        phase = PHASE[phase_name]
-        kind = KIND["on_batch"]
+        phase = Phase.of(phase_name)
+        kind = Kind.ON_BATCH
         is_train = phase_name == "train"
 
         def on_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -548,7 +548,7 @@ class KerasProbe:
 
     def _batch_begin(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         probe = self
-        phase = PHASE[phase_name]
+        phase = Phase.of(phase_name)
         is_train = phase_name == "train"
 
         def batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
@@ -572,8 +572,8 @@ class KerasProbe:
 
     def _batch_end(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         probe = self
-        phase = PHASE[phase_name]
-        kind = KIND["keras"]
+        phase = Phase.of(phase_name)
+        kind = Kind.KERAS
         is_train = phase_name == "train"
         takes_loss = phase_name != "predict"
 

@@ -12,7 +12,8 @@ import threading
 from time import perf_counter
 from typing import Any
 
-from ..recorder import KIND, PHASE, Recorder
+from ..record import Kind, Phase
+from ..recorder import Recorder
 from .patching import Patcher, defining_class, wraps_exactly
 
 
@@ -35,7 +36,7 @@ class OptimizerProbe:
     def _wrapper(rec: Recorder, original: Any) -> Any:
         import tensorflow as tf
 
-        train, kind = PHASE["train"], KIND["eager_update"]
+        train, kind = Phase.TRAIN, Kind.EAGER_UPDATE
 
         # Named `self` as in BaseOptimizer.apply, and signed as it (`wraps_exactly`).
         def apply(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -16,8 +16,8 @@ import weakref
 from time import perf_counter
 from typing import Any
 
-from ..record import FunctionStats, TraceEvent
-from ..recorder import KIND, PHASE, Recorder
+from ..record import FunctionStats, Kind, Phase, TraceEvent
+from ..recorder import Recorder
 from .inputs import host_bytes, leading_dimension
 from .patching import Patcher, wraps_exactly
 
@@ -228,7 +228,7 @@ class TFFunctionProbe:
         # microseconds of Python, most of it cache misses after the step's own work.
         functions = rec.functions
         traces = rec.traces
-        train, other, kind = PHASE["train"], PHASE["function"], KIND["tf_function"]
+        train, other, kind = Phase.TRAIN, Phase.FUNCTION, Kind.TF_FUNCTION
         main_thread = rec.thread_id
         get_ident = threading.get_ident
         clock = perf_counter

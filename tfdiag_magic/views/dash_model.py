@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..record import PHASES, Record
+from ..record import PHASES, Phase, Record
 from ..stats import warmup_mask
 
 
@@ -70,7 +70,7 @@ def _rolling_median(values: np.ndarray, window: int) -> np.ndarray:
 
 def step_series(record: Record) -> StepSeries:
     steps = record.steps
-    loop_code = PHASES.index("loop")
+    loop_code = Phase.LOOP
     phase_all = steps["phase"]
     plotted = phase_all != loop_code
     only_loops = not plotted.any() and bool(phase_all.size)
@@ -91,7 +91,7 @@ def step_series(record: Record) -> StepSeries:
             rolling[mine] = _rolling_median(duration[mine], rolling_window(mine.size))
     start = steps["start"][rows].astype(np.float64)
     epoch = steps["epoch"][rows]
-    train = np.flatnonzero(phase == PHASES.index("train"))
+    train = np.flatnonzero(phase == Phase.TRAIN)
     bounds = np.zeros(0)
     if train.size > 1:
         changed = np.flatnonzero(epoch[train][1:] != epoch[train][:-1]) + 1

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..record import PHASES
+from ..record import PHASES, Phase
 from .dash_model import StepSeries
 from .downsample import minmax_columns, thin_points
 
@@ -144,7 +144,7 @@ def steps_png(series: StepSeries, lo: int, hi: int, options: StepPlotOptions) ->
     for name in series.phases:
         if name not in options.phases:
             continue
-        mine = np.flatnonzero(phase == PHASES.index(name))
+        mine = np.flatnonzero(phase == Phase.of(name))
         if not mine.size:
             continue
         color = PHASE_COLORS[name]
@@ -228,7 +228,7 @@ def use_log(log: bool | None, values: np.ndarray) -> bool:
 
 
 def _codes(phases: set[str]) -> list[int]:
-    return [PHASES.index(p) for p in phases if p in PHASES]
+    return [Phase.of(p) for p in phases if p in PHASES]
 
 
 def memory_png(series: StepSeries, lo: int, hi: int) -> bytes | None:

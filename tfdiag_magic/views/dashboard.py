@@ -23,6 +23,7 @@ import numpy as np
 
 from ..record import PHASES
 from ..result import ProfileResult
+from ..units import rate, seconds, size
 from .dash_findings import finding_html, sorted_findings
 from .dash_model import step_series, window_stats
 from .dash_plots import StepPlotOptions, gpu_png, memory_png, steps_png, use_log
@@ -38,7 +39,6 @@ from .html import (
     tabs_of,
 )
 from .text import headline
-from .units import rate, seconds, size
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 TAB_TITLES = ("Overview", "Steps", "Memory", "GPU", "Findings", "Data")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .units import seconds, size
+from ..units import seconds, size
 
 SHARE_METRICS = {"compute share", "data wait share", "other share"}
 FAILED_COLOR = "#ef4444"

@@ -14,6 +14,7 @@ from html import escape
 from typing import Any
 
 from ..record import Record
+from ..units import rate, seconds, share, size
 from .dash_findings import finding_html, sorted_findings
 from .dash_table import csv_text, data_link, table_html
 from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
@@ -26,7 +27,6 @@ from .text import (
     split_functions,
     traced_on_most_calls,
 )
-from .units import rate, seconds, share, size
 
 STYLE = """
 .tfdiag{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:13px;

@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from ..record import PHASES
+from ..record import PHASES, Phase
+from ..units import rate, seconds, size
 from .downsample import MinMaxBuckets
-from .units import rate, seconds, size
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-LOOP = PHASES.index("loop")
 RATE_WINDOW = 3.0  # seconds of recent steps the current steps/s is measured over
 QUIET_NOTE = 1.0  # seconds without a step end after which the view says so
 SPARK_WIDTH, SPARK_HEIGHT = 320, 56
@@ -208,7 +207,7 @@ class LiveView:
         if self._last_end is None or last_end > self._last_end:
             self._last_end = last_end
         self._counts += np.bincount(phase, minlength=len(PHASES))[: len(PHASES)]
-        steps = phase != LOOP
+        steps = phase != Phase.LOOP
         if steps.any():
             self._steps.add(duration[steps])
             self._recent_ms = float(np.median(duration[steps][-32:])) * 1e3
@@ -269,8 +268,8 @@ class LiveView:
     # -- rendering -----------------------------------------------------------------------------
 
     def _plotted_count(self) -> int:
-        steps = int(self._counts.sum() - self._counts[LOOP])
-        return steps if steps else int(self._counts[LOOP])
+        steps = int(self._counts.sum() - self._counts[Phase.LOOP])
+        return steps if steps else int(self._counts[Phase.LOOP])
 
     @staticmethod
     def _page(body: str) -> str:

@@ -1,4 +1,5 @@
-"""Human-readable numbers for the reports."""
+"""Human-readable numbers (seconds, bytes, shares, rates): used by the findings' texts and the
+views alike, so it lies below both."""
 
 from __future__ import annotations
 

@@ -1,18 +1,27 @@
 """NVML facts for ``%tfgpu``: the driver, the CUDA version it supports, and each GPU's state.
 
-Every query goes through `FieldReader`, which turns an `NVMLError` into ``None`` and a reason
-in the device's ``unavailable`` map, so one query NVML cannot answer (ECC on a consumer card,
-PCIe counters in a MIG slice, a function an older driver lacks) never hides the others. NVML
-missing altogether (no driver, no library, no `nvidia-ml-py`) is a normal state: ``available``
-is False and ``reason`` says why in words.
+Every query goes through `tfdiag_magic.nvml.nvml_query`, which turns an `NVMLError` into
+``None`` and a reason in the device's ``unavailable`` map, so one query NVML cannot answer (ECC
+on a consumer card, PCIe counters in a MIG slice, a function an older driver lacks) never hides
+the others. NVML missing altogether (no driver, no library, no `nvidia-ml-py`) is a normal
+state: ``available`` is False and ``reason`` says why in words.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
+
+from ..nvml import (
+    NVMLUnavailableError,
+    init_failure_reason,
+    nvml_error_text,
+    nvml_query,
+    nvml_session,
+)
+
+__all__ = ["init_failure_reason", "nvml_error_text"]  # NVML's words, for the views and tests
 
 NOT_AVAILABLE = "not available"
 
@@ -29,57 +38,16 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x100: "display_clock_setting",
 }
 
-# Why nvmlInit failed, in words a user can act on, by the NVMLError subclass name.
-_INIT_FAILURES = {
-    "NVMLError_LibraryNotFound": (
-        "no NVIDIA driver was found (the NVML library {library} is not installed or not on "
-        "the library path; in a container, the GPU and its driver were not passed in)"
-    ),
-    "NVMLError_DriverNotLoaded": (
-        "the NVIDIA driver is installed but not loaded (no NVIDIA GPU, or its kernel module "
-        "failed to load)"
-    ),
-    "NVMLError_NoPermission": "this user may not use NVML (insufficient permissions)",
-    "NVMLError_LibRmVersionMismatch": (
-        "the NVIDIA driver was updated but the old kernel module is still loaded (reboot)"
-    ),
-}
-
-
-def nvml_error_text(exc: BaseException) -> str:
-    """NVML's own words for an error ("Not Supported", "Uninitialized", ...)."""
-    try:
-        text = str(exc)
-    except Exception:  # NVMLError.__str__ asks NVML itself for unknown codes
-        text = ""
-    return text.strip() or type(exc).__name__
-
-
-def _nvml_error_types() -> tuple[type[BaseException], ...]:
-    try:
-        import pynvml
-    except ImportError:
-        return ()
-    return (pynvml.NVMLError,)
-
 
 class FieldReader:
     """Reads one NVML field at a time; a failed field becomes None and its reason is kept."""
 
-    def __init__(self, errors: tuple[type[BaseException], ...] | None = None) -> None:
-        self.errors = _nvml_error_types() if errors is None else errors
+    def __init__(self) -> None:
         self.unavailable: dict[str, str] = {}
 
-    def read(self, field: str, query: Callable[..., Any] | None, *args: Any) -> Any:
+    def read(self, field: str, query: Any, *args: Any) -> Any:
         """``query(*args)``, or None with the reason in `unavailable` when NVML cannot answer."""
-        if query is None:
-            self.unavailable[field] = "this nvidia-ml-py has no such query (upgrade it)"
-            return None
-        try:
-            return query(*args)
-        except self.errors as exc:
-            self.unavailable[field] = nvml_error_text(exc)
-            return None
+        return nvml_query(query, *args, why=self.unavailable, field=field)
 
 
 def _cuda_version_text(value: int | None) -> str | None:
@@ -103,41 +71,20 @@ def unavailable_facts(reason: str, error: str | None = None) -> dict[str, Any]:
 def nvml_facts(*, full: bool = True) -> dict[str, Any]:
     """The driver and every GPU NVML sees; ``full=False`` reads only the cheap static fields."""
     try:
-        import pynvml
-    except ImportError:
-        return unavailable_facts(
-            "nvidia-ml-py is not installed, so the NVIDIA driver could not be asked "
-            "(pip install nvidia-ml-py)"
-        )
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return unavailable_facts(init_failure_reason(exc), nvml_error_text(exc))
-    try:
-        return _read_all(pynvml, full)
-    finally:
-        # Shutdown of an initialised NVML has nothing left to report.
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
-
-
-def init_failure_reason(exc: BaseException) -> str:
-    """Why NVML could not start, in words (see `_INIT_FAILURES`)."""
-    library = "nvml.dll" if os.name == "nt" else "libnvidia-ml.so.1"
-    template = _INIT_FAILURES.get(type(exc).__name__)
-    if template is not None:
-        return template.format(library=library)
-    return f"NVML could not start: {nvml_error_text(exc)}"
+        with nvml_session() as nvml:
+            return _read_all(nvml, full)
+    except NVMLUnavailableError as exc:
+        return unavailable_facts(exc.reason, exc.error)
 
 
 def _read_all(nvml: Any, full: bool) -> dict[str, Any]:
-    reader = FieldReader((nvml.NVMLError,))
+    reader = FieldReader()
     driver = reader.read("driver_version", nvml.nvmlSystemGetDriverVersion)
     cuda = reader.read("cuda_driver_version", nvml.nvmlSystemGetCudaDriverVersion)
     count = reader.read("device_count", nvml.nvmlDeviceGetCount)
     devices = []
     for index in range(count or 0):
-        handle_reader = FieldReader((nvml.NVMLError,))
+        handle_reader = FieldReader()
         handle = handle_reader.read("handle", nvml.nvmlDeviceGetHandleByIndex, index)
         if handle is None:
             devices.append(
@@ -166,7 +113,7 @@ def _no_device_reason(reader: FieldReader) -> str:
 
 def device_facts(nvml: Any, handle: Any, index: int, *, full: bool = True) -> dict[str, Any]:
     """One GPU's fields; each is None on its own when NVML cannot answer it."""
-    reader = FieldReader((nvml.NVMLError,))
+    reader = FieldReader()
 
     def query(name: str) -> Callable[..., Any] | None:
         return getattr(nvml, name, None)
@@ -304,12 +251,9 @@ def _processes(
 
 def process_name(nvml: Any, pid: int) -> str | None:
     """NVML's name for a process, else psutil's, else None (another PID namespace)."""
-    try:
-        name = nvml.nvmlSystemGetProcessName(pid)
-        if name:
-            return str(name)
-    except nvml.NVMLError:
-        pass
+    name = nvml_query(getattr(nvml, "nvmlSystemGetProcessName", None), pid)
+    if name:
+        return str(name)
     try:
         import psutil
 

@@ -8,7 +8,6 @@ and join its thread. Without NVML the host is still watched and the reason is sh
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -17,8 +16,8 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from .diagnosis import gib
-from .nvml_facts import init_failure_reason, nvml_error_text
+from ..diagnose.gpu_facts import gib
+from ..nvml import NVMLUnavailableError, device_handles, nvml_close, nvml_open, nvml_query
 
 THREAD_NAME = "tfdiag-gpu-watch"
 DEFAULT_INTERVAL = 1.0
@@ -110,37 +109,20 @@ class GPUWatch:
 
     def _open_nvml(self) -> None:
         try:
-            import pynvml
-        except ImportError:
-            self.nvml_status = "GPUs not watched: nvidia-ml-py is not installed"
+            self._nvml = nvml = nvml_open()
+        except NVMLUnavailableError as exc:
+            self.nvml_status = f"GPUs not watched: {exc.reason}"
             return
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            self.nvml_status = f"GPUs not watched: {init_failure_reason(exc)}"
-            return
-        self._nvml = pynvml
-        try:
-            for index in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                try:
-                    name = pynvml.nvmlDeviceGetName(handle)
-                except pynvml.NVMLError:
-                    name = None
-                self._handles.append((index, name, handle))
-        except pynvml.NVMLError as exc:
-            self.nvml_status = f"GPUs not watched: NVML could not list them: {nvml_error_text(exc)}"
-            self._close_nvml()
-            return
+        for index, handle in device_handles(nvml):
+            self._handles.append((index, nvml_query(nvml.nvmlDeviceGetName, handle), handle))
         count = len(self._handles)
         self.nvml_status = f"watching {count} GPU(s)" if count else "NVML sees no GPU"
 
     def _close_nvml(self) -> None:
         if self._nvml is not None:
-            with contextlib.suppress(self._nvml.NVMLError):
-                self._nvml.nvmlShutdown()
             self._nvml = None
             self._handles = []
+            nvml_close()
 
     def _run(self) -> None:
         while True:
@@ -168,15 +150,17 @@ class GPUWatch:
         )
         nvml = self._nvml
         for index, name, handle in self._handles:
-            utilization = used = total = None
-            with contextlib.suppress(nvml.NVMLError):
-                utilization = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            try:
-                info = nvml.nvmlDeviceGetMemoryInfo(handle)
-                used, total = int(info.used), int(info.total)
-            except nvml.NVMLError:
-                pass
-            sample.gpus.append(GPUSample(index, name, utilization, used, total))
+            rates = nvml_query(nvml.nvmlDeviceGetUtilizationRates, handle)
+            info = nvml_query(nvml.nvmlDeviceGetMemoryInfo, handle)
+            sample.gpus.append(
+                GPUSample(
+                    index,
+                    name,
+                    float(rates.gpu) if rates is not None else None,
+                    int(info.used) if info is not None else None,
+                    int(info.total) if info is not None else None,
+                )
+            )
         return sample
 
     def stop(self) -> None:

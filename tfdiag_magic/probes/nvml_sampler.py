@@ -1,14 +1,13 @@
 """NVML probe: GPU utilization, memory and power from a background thread, when a GPU exists.
 
 No NVIDIA driver, no GPU, or no `pynvml` is the normal case on many machines: the probe then
-records why in `status` and starts no thread. When it runs, the thread samples every
-`interval` seconds and is stopped and joined (at most JOIN_TIMEOUT seconds) when the probe is
-removed.
+records why in `status` and starts no thread. When it runs, it holds the process's NVML session
+(`tfdiag_magic.nvml`), samples every `interval` seconds and is stopped and joined (at most
+JOIN_TIMEOUT seconds) when the probe is removed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from array import array
 from time import perf_counter
@@ -16,12 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from ..nvml import NVMLUnavailableError, device_handles, nvml_close, nvml_open, nvml_query
 from ..recorder import Recorder
 
 FIELDS = ("util", "mem_util", "mem_used", "mem_total", "power_w")
 # Seconds `remove` waits for the sampling thread: one sample is a few NVML queries, so the
 # thread ends well within it; a driver call that hangs must not hang the end of the run.
 JOIN_TIMEOUT = 2.0
+NAN = float("nan")
 
 
 class NVMLSampler:
@@ -39,23 +40,11 @@ class NVMLSampler:
 
     def install(self, recorder: Recorder) -> None:
         try:
-            import pynvml
-        except ImportError:
-            self.status = "pynvml (nvidia-ml-py) is not installed"
+            self._nvml = nvml_open()
+        except NVMLUnavailableError as exc:
+            self.status = f"NVML not available: {exc.error or exc.reason}"
             return
-        try:
-            pynvml.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-            self.status = f"NVML not available: {_nvml_error(exc)}"
-            return
-        self._nvml = pynvml
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        except Exception as exc:
-            self.status = f"NVML could not list devices: {_nvml_error(exc)}"
-            self._shutdown()
-            return
+        handles = [handle for _, handle in device_handles(self._nvml)]
         if not handles:
             self.status = "NVML found no GPU"
             self._shutdown()
@@ -81,19 +70,16 @@ class NVMLSampler:
         nvml = self._nvml
         self._time.append(perf_counter() - t0)
         for device, handle in zip(self.devices, handles, strict=True):
-            values = dict.fromkeys(FIELDS, float("nan"))
-            try:
-                rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-                values["util"], values["mem_util"] = float(rates.gpu), float(rates.memory)
-            except Exception:
-                pass
-            try:
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                values["mem_used"], values["mem_total"] = float(memory.used), float(memory.total)
-            except Exception:
-                pass
-            with contextlib.suppress(Exception):
-                values["power_w"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+            rates = nvml_query(nvml.nvmlDeviceGetUtilizationRates, handle)
+            memory = nvml_query(nvml.nvmlDeviceGetMemoryInfo, handle)
+            power = nvml_query(nvml.nvmlDeviceGetPowerUsage, handle)
+            values = {
+                "util": float(rates.gpu) if rates is not None else NAN,
+                "mem_util": float(rates.memory) if rates is not None else NAN,
+                "mem_used": float(memory.used) if memory is not None else NAN,
+                "mem_total": float(memory.total) if memory is not None else NAN,
+                "power_w": power / 1000.0 if power is not None else NAN,
+            }
             for field, value in values.items():
                 self._columns[f"{device}:{field}"].append(value)
 
@@ -103,17 +89,16 @@ class NVMLSampler:
             self._stop.set()
             thread.join(timeout=JOIN_TIMEOUT)
             if thread.is_alive():
-                # Stuck in a driver call: leave NVML initialised under it (shutting it down
-                # under a running query is undefined); the daemon thread ends with its wait.
+                # Stuck in a driver call: keep holding NVML under it (shutting it down under a
+                # running query is undefined); the daemon thread ends with its wait.
                 self.status += f"; the sampler did not stop within {JOIN_TIMEOUT:g} s"
                 return
         self._shutdown()
 
     def _shutdown(self) -> None:
         if self._nvml is not None:
-            with contextlib.suppress(Exception):
-                self._nvml.nvmlShutdown()
             self._nvml = None
+            nvml_close()
 
     def table(self) -> dict[str, np.ndarray]:
         if not self._time:
@@ -123,8 +108,3 @@ class NVMLSampler:
         for name, column in self._columns.items():
             table[name] = np.array(column[:size], dtype=np.float64)
         return table
-
-
-def _nvml_error(exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.strip()

@@ -17,7 +17,7 @@ from tests.helpers import profiled
 from tfdiag_magic import recorder as recorder_module
 from tfdiag_magic.record import PHASES, Kind, Phase
 from tfdiag_magic.recorder import ROW_FIELDS, Recorder
-from tfdiag_magic.views.summary import build_report
+from tfdiag_magic.report import build_report
 from tfdiag_magic.views.text import render_text
 
 FULL, TAIL = 200, 64

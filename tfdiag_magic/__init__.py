@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from . import views  # noqa: F401 (installs the views results render with)
 from .markers import step
 
 if TYPE_CHECKING:

@@ -617,7 +617,7 @@ def _show_report(shell: Any, result: ProfileResult, live: Any, error: BaseExcept
 def _with_problems(data: dict[str, Any], problems: list[str]) -> dict[str, Any]:
     """The static views of a display bundle with the profiler's problems in them (the
     views render the report without them)."""
-    from .result import with_problems_html, with_problems_text
+    from .views.present import with_problems_html, with_problems_text
 
     if not problems:
         return data

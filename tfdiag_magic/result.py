@@ -10,7 +10,7 @@ recommended run's (the last run's when none completed).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .findings import Finding
 from .record import Record
@@ -18,6 +18,31 @@ from .record import Record
 if TYPE_CHECKING:
     from .experiments.compare import Comparison
     from .experiments.sweep import Recommendation, Sweep
+
+
+class Presenter(Protocol):
+    """How a result shows itself. The views (the layer above) install theirs when imported, so
+    a result renders without this module importing them (``import tfdiag_magic`` does)."""
+
+    def text(self, result: ProfileResult) -> str: ...
+
+    def html(self, result: ProfileResult, full_page: bool) -> str: ...
+
+    def bundle(self, result: ProfileResult) -> dict[str, Any] | None: ...
+
+
+_presenters: list[Presenter] = []
+
+
+def use_presenter(presenter: Presenter) -> None:
+    """Render every result with `presenter` from now on."""
+    _presenters[:] = [presenter]
+
+
+def _presenter() -> Presenter:
+    if not _presenters:
+        raise RuntimeError("no views to render a result with: import tfdiag_magic first")
+    return _presenters[0]
 
 
 class ProfileResult:
@@ -41,7 +66,8 @@ class ProfileResult:
         self.problems.append(line)
         return line
 
-    def _need_record(self) -> Record:
+    def finished_record(self) -> Record:
+        """The run's record; a clear error while the run has not finished."""
         if self.record is None:
             raise RuntimeError("the profiling run has not finished yet; read it after the run")
         return self.record
@@ -50,12 +76,12 @@ class ProfileResult:
     def steps(self):  # -> pandas.DataFrame
         """A row per recorded step: start, duration, data_wait, phase, epoch, loss, ..."""
         if self._frame is None:
-            self._frame = self._need_record().to_dataframe()
+            self._frame = self.finished_record().to_dataframe()
         return self._frame
 
     @property
     def error(self):
-        return self._need_record().error
+        return self.finished_record().error
 
     @property
     def sweep(self):  # -> pandas.DataFrame | None
@@ -76,10 +102,10 @@ class ProfileResult:
 
     def report(self) -> dict[str, Any]:
         """The JSON report as a dict (schema 1)."""
-        from .views.summary import build_report
+        from .report import build_report
 
         report = build_report(
-            self._need_record(),
+            self.finished_record(),
             self.findings,
             comparison=self.comparison.to_dict() if self.comparison is not None else None,
             sweep=self.experiment.to_dict() if self.experiment is not None else None,
@@ -102,15 +128,11 @@ class ProfileResult:
 
     def summary(self) -> str:
         """The text report."""
-        from .views.text import render_text
-
-        return with_problems_text(render_text(self.report()), self.problems)
+        return _presenter().text(self)
 
     def to_html(self, full_page: bool = True) -> str:
-        from .views.html import render_html
-
-        html = render_html(self.report(), self._need_record(), full_page=full_page)
-        return with_problems_html(html, self.problems)
+        """The HTML report: a whole page, or a fragment for a notebook's output."""
+        return _presenter().html(self, full_page)
 
     def write_html(self, path: str | Path) -> Path:
         """Write the self-contained HTML report to `path` as `to_json` writes; returns the
@@ -130,19 +152,7 @@ class ProfileResult:
         elsewhere None, and IPython uses `_repr_html_` and `_repr_pretty_`."""
         if self.record is None:
             return None
-        try:
-            from IPython import get_ipython
-
-            from .config import settings_of
-            from .views.dashboard import dashboard_bundle, in_kernel
-
-            shell = get_ipython()
-            if shell is None or not in_kernel(shell) or not settings_of(shell).widgets:
-                return None
-            data, _dashboard = dashboard_bundle(self)
-            return data
-        except Exception:  # no widgets here: the static views show instead
-            return None
+        return _presenter().bundle(self)
 
     def _repr_html_(self) -> str | None:
         if self.record is None:
@@ -170,28 +180,3 @@ def failure_line(stage: str, error: BaseException) -> str:
     if isinstance(error, KeyboardInterrupt):
         return f"{stage} failed: interrupted (KeyboardInterrupt)"
     return f"{stage} failed: {kind}: {message}" if message else f"{stage} failed: {kind}"
-
-
-def with_problems_text(text: str, problems: list[str]) -> str:
-    """The text report with a line per stage of the profiler that failed, at its end."""
-    if not problems:
-        return text
-    lines = "\n".join(f"  {problem}" for problem in problems)
-    return f"{text.rstrip()}\n\nProfiler problems (the rest of the report holds):\n{lines}\n"
-
-
-def with_problems_html(html: str, problems: list[str]) -> str:
-    """The HTML report with a line per stage of the profiler that failed, under its title."""
-    if not problems:
-        return html
-    from html import escape
-
-    items = "".join(f"<li>{escape(problem)}</li>" for problem in problems)
-    block = (
-        '<div class="tfdiag-problems"><p class="err">Profiler problems (the rest of the report '
-        f"holds):</p><ul>{items}</ul></div>"
-    )
-    marker = '<div class="tfdiag">'
-    if marker in html:
-        return html.replace(marker, marker + block, 1)
-    return block + html

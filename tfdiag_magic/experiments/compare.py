@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..units import size
-from .headline import Headline, headline_of
+from .headline import Headline, Run, finished_record, headline_of
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..result import ProfileResult
 
 NOISE = 0.05
 MEMORY_NOTE = 0.10
@@ -132,10 +131,10 @@ def _change(before: Any, after: Any) -> float | None:
     return float(after) / float(before) - 1.0
 
 
-def compare(baseline: ProfileResult, result: ProfileResult, name: str) -> Comparison:
+def compare(baseline: Run, result: Run, name: str) -> Comparison:
     """`result` against `baseline`, stored under `name`."""
-    before = headline_of(baseline._need_record(), baseline.findings)
-    after = headline_of(result._need_record(), result.findings)
+    before = headline_of(finished_record(baseline), baseline.findings)
+    after = headline_of(finished_record(result), result.findings)
     return compare_headlines(before, after, name)
 
 

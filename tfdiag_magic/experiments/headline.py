@@ -16,13 +16,29 @@ left out: the first step and every step that traced) give
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..findings import Finding
 from ..record import KINDS, Phase, Record
 from ..stats import memory_stats, time_split, warmup_mask
+
+
+class Run(Protocol):
+    """What the experiments read of a profiling run (a `ProfileResult` is one): its record, None
+    while it runs, and its findings."""
+
+    record: Record | None
+    findings: list[Finding]
+
+
+def finished_record(run: Run) -> Record:
+    """The run's record; a clear error while the run has not finished."""
+    if run.record is None:
+        raise RuntimeError("the profiling run has not finished yet; read it after the run")
+    return run.record
+
 
 PAUSE_FACTOR = 5.0
 PHASE_PREFERENCE = ("train", "eval", "predict", "function", "loop")

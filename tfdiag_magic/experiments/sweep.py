@@ -26,15 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..units import seconds, size
 from .compare import NOISE, factor
-from .headline import Headline, headline_of
+from .headline import Headline, Run, finished_record, headline_of
 from .sweep_spec import SweepSpec, value_label
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..result import ProfileResult
 
-RunOne = Callable[[Any], "tuple[ProfileResult, BaseException | None]"]
+RunOne = Callable[[Any], "tuple[Run, BaseException | None]"]
 
 COLUMNS = (
     "value",
@@ -59,7 +58,7 @@ class SweepRun:
     """The run of one value."""
 
     value: Any
-    result: ProfileResult
+    result: Run
     headline: Headline
     status: str  # "ok", "failed" (an exception) or "interrupted"
     traceback: str = ""  # the formatted traceback of a run that did not complete
@@ -245,9 +244,9 @@ def run_sweep(
     return sweep, stop
 
 
-def _headline(sweep: Sweep, result: ProfileResult) -> Headline:
+def _headline(sweep: Sweep, result: Run) -> Headline:
     try:
-        return headline_of(result._need_record(), result.findings)
+        return headline_of(finished_record(result), result.findings)
     except Exception as exc:  # the row still says how the run ended
         sweep.problems.append(f"sweep headline failed: {_line(exc)}")
         record = result.record

@@ -84,7 +84,7 @@ class Dashboard:
     def __init__(self, result: ProfileResult, report: dict[str, Any] | None = None) -> None:
         import ipywidgets as w
 
-        record = result._need_record()
+        record = result.finished_record()
         self.result = result
         self.record = record
         self.report = report if report is not None else result.report()
@@ -381,7 +381,7 @@ def static_bundle(
     report: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The static views of a result: HTML (plots as images) and the text report."""
-    record = result._need_record()
+    record = result.finished_record()
     report = report if report is not None else result.report()
     from .text import render_text
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from ..report import table_note
 from ..units import rate, seconds, share, size
 from .experiments import comparison_text, insert_cell, sweep_text
-from .summary import table_note
 
 # Measured (Keras 3.15): per model, fit/evaluate/predict reuse one train, test and predict
 # function until the next compile(); one_step_on_data traces twice on its one call in a first

@@ -13,9 +13,9 @@ import math
 import re
 from typing import Any
 
-from ..findings import Finding
-from ..record import Record
-from ..stats import gc_stats, memory_stats, phase_stats, time_split, training_step_count
+from .findings import Finding
+from .record import Record
+from .stats import gc_stats, memory_stats, phase_stats, time_split, training_step_count
 
 SCHEMA = 1
 MAX_WARNINGS_IN_REPORT = 50

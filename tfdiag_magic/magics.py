@@ -56,6 +56,11 @@ class TFProfileMagics(Magics):
 
     last_result: ProfileResult | None = None
 
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell, **kwargs)
+        # The automatic `_tfprofile_<N>` results this shell holds, oldest first.
+        self.automatic: dict[str, ProfileResult] = {}
+
     @magic_arguments()
     @argument(
         "-o",
@@ -426,13 +431,13 @@ class TFProfileMagics(Magics):
         has since bound to something else is left alone, and -o results are never touched.
         """
         ns = self.shell.user_ns
-        stored: dict[str, ProfileResult] = self.__dict__.setdefault("_automatic", {})
+        stored = self.automatic
         stored.pop(name, None)
         stored[name] = result
         alive = [n for n, kept in stored.items() if ns.get(n) is kept]
         for old in alive[:-MAX_AUTO_RESULTS]:
             del ns[old]
-        self._automatic = {n: stored[n] for n in alive[-MAX_AUTO_RESULTS:]}
+        self.automatic = {n: stored[n] for n in alive[-MAX_AUTO_RESULTS:]}
 
 
 def _stage(result: ProfileResult, name: str, function: Callable[..., Any], *args: Any) -> Any:

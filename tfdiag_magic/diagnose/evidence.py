@@ -17,10 +17,6 @@ from ..record import Phase, Record
 from ..stats import warmup_mask
 
 
-def rows_of_phase(record: Record, phase: str) -> np.ndarray:
-    return np.flatnonzero(record.steps["phase"] == Phase.of(phase))
-
-
 def training_rows(record: Record) -> np.ndarray:
     return np.flatnonzero(record.steps["phase"] == Phase.TRAIN)
 
@@ -143,14 +139,3 @@ def first_rewrite(
         if result is not None:
             return result
     return None
-
-
-def spans_inside(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """For each time, whether it falls inside one of the sorted, non-overlapping spans."""
-    if starts.size == 0 or times.size == 0:
-        return np.zeros(times.shape, dtype=bool)
-    slot = np.searchsorted(starts, times, side="right") - 1
-    ok = slot >= 0
-    inside = np.zeros(times.shape, dtype=bool)
-    inside[ok] = times[ok] <= ends[slot[ok]]
-    return inside

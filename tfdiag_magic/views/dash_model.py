@@ -125,10 +125,6 @@ def step_series(record: Record) -> StepSeries:
     return series
 
 
-def _seconds_or_none(value: float) -> float | None:
-    return float(value) if np.isfinite(value) else None
-
-
 def window_stats(series: StepSeries, lo: int, hi: int) -> dict[str, Any]:
     """Exact statistics of the plotted steps lo..hi (inclusive), per phase and overall."""
     lo = max(0, int(lo))

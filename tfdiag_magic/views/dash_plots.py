@@ -52,7 +52,7 @@ class StepPlotOptions:
     log: bool | None = None  # None: chosen from the data (see use_log)
 
 
-def _figure(height: float, rows: int = 1, ratios: tuple[int, ...] | None = None) -> tuple:
+def new_figure(height: float, rows: int = 1, ratios: tuple[int, ...] | None = None) -> tuple:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI)
@@ -79,7 +79,7 @@ def _figure(height: float, rows: int = 1, ratios: tuple[int, ...] | None = None)
     return fig, axes
 
 
-def _legend(ax: Any) -> None:
+def add_legend(ax: Any) -> None:
     handles, _labels = ax.get_legend_handles_labels()
     if handles:
         legend = ax.legend(
@@ -95,7 +95,7 @@ def _legend(ax: Any) -> None:
             text.set_color(FOREGROUND)
 
 
-def _layout(fig: Any) -> None:
+def fix_layout(fig: Any) -> None:
     """Fixed margins: `tight_layout` would draw the figure twice."""
     height = fig.get_figheight()
     fig.subplots_adjust(left=0.085, right=0.975, top=1 - 0.3 / height, bottom=0.42 / height)
@@ -109,7 +109,7 @@ def _broken(x: np.ndarray, y: np.ndarray, gap: float) -> tuple[np.ndarray, np.nd
     return np.insert(x, jumps, np.nan), np.insert(y, jumps, np.nan)
 
 
-def _png(fig: Any) -> bytes:
+def png_bytes(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", transparent=True, pil_kwargs={"compress_level": 3})
     return buffer.getvalue()
@@ -134,9 +134,9 @@ def steps_png(series: StepSeries, lo: int, hi: int, options: StepPlotOptions) ->
     waits = series.data_wait[part]
     show_wait = options.data_wait and bool(np.any(~np.isnan(waits)))
     if show_wait:
-        fig, (ax, ax_wait) = _figure(3.4, rows=2, ratios=(3, 1))
+        fig, (ax, ax_wait) = new_figure(3.4, rows=2, ratios=(3, 1))
     else:
-        fig, (ax,) = _figure(2.8)
+        fig, (ax,) = new_figure(2.8)
         ax_wait = None
     phase = series.phase[part]
     duration_ms = series.duration[part] * 1e3
@@ -214,9 +214,9 @@ def steps_png(series: StepSeries, lo: int, hi: int, options: StepPlotOptions) ->
             label.set_visible(False)
     else:
         ax.set_xlabel("step")
-    _legend(ax)
-    _layout(fig)
-    return _png(fig)
+    add_legend(ax)
+    fix_layout(fig)
+    return png_bytes(fig)
 
 
 def use_log(log: bool | None, values: np.ndarray) -> bool:
@@ -240,7 +240,7 @@ def memory_png(series: StepSeries, lo: int, hi: int) -> bytes | None:
     if not inside.any():
         inside = np.zeros_like(x, dtype=bool)
         inside[np.argmin(np.abs(x - (lo + hi) / 2))] = True
-    fig, (ax,) = _figure(2.6)
+    fig, (ax,) = new_figure(2.6)
     drew = False
     rss = series.mem_rss
     if rss.size == x.size and (rss[inside] >= 0).any():
@@ -286,9 +286,9 @@ def memory_png(series: StepSeries, lo: int, hi: int) -> bytes | None:
     ax.set_xlim(lo - 0.5, hi + 0.5)
     ax.set_xlabel("step")
     ax.set_ylabel("memory (MiB)")
-    _legend(ax)
-    _layout(fig)
-    return _png(fig)
+    add_legend(ax)
+    fix_layout(fig)
+    return png_bytes(fig)
 
 
 def gpu_png(series: StepSeries, lo: int, hi: int) -> bytes | None:
@@ -307,7 +307,7 @@ def gpu_png(series: StepSeries, lo: int, hi: int) -> bytes | None:
     if inside.sum() < 2:
         inside = np.ones_like(times, dtype=bool)
     devices = sorted({key.split(":")[0] for key in nvml if ":" in key})
-    fig, axes = _figure(4.2, rows=3, ratios=(1, 1, 1))
+    fig, axes = new_figure(4.2, rows=3, ratios=(1, 1, 1))
     panels = (("util", "utilization (%)", 1.0), ("mem_used", "memory (MiB)", 2**-20))
     panels += (("power_w", "power (W)", 1.0),)
     drew = False
@@ -328,6 +328,13 @@ def gpu_png(series: StepSeries, lo: int, hi: int) -> bytes | None:
     for ax in axes[:-1]:
         for tick in ax.get_xticklabels():
             tick.set_visible(False)
-    _legend(axes[0])
-    _layout(fig)
-    return _png(fig)
+    add_legend(axes[0])
+    fix_layout(fig)
+    return png_bytes(fig)
+
+
+def png_data_uri(png: bytes) -> str:
+    """A PNG as a ``data:`` URI, for an ``<img>`` in a self-contained HTML report."""
+    import base64
+
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")

@@ -205,7 +205,7 @@ def comparison_html(comparison: dict[str, Any]) -> str:
 
 
 def sweep_html(sweep: dict[str, Any], png: bytes | None = None) -> str:
-    from .plots import png_data_uri
+    from .dash_plots import png_data_uri
 
     e = escape
     name = sweep["variable"]
@@ -248,13 +248,13 @@ def sweep_png(sweep: dict[str, Any]) -> bytes | None:
     rows = sweep["rows"]
     if not rows:
         return None
-    from .dash_plots import _figure, _layout, _legend, _png
+    from .dash_plots import add_legend, fix_layout, new_figure, png_bytes
 
     labels = [str(row["value"]) for row in rows]
     x = np.arange(len(rows), dtype=np.float64)
     throughput = np.array([_number(row["throughput"]) for row in rows])
     failed = np.array([bool(row["failed"]) for row in rows])
-    fig, (ax_speed, ax_memory) = _figure(3.8, rows=2, ratios=(1, 1))
+    fig, (ax_speed, ax_memory) = new_figure(3.8, rows=2, ratios=(1, 1))
     units = {row["throughput_unit"] for row in rows if row["throughput_unit"]}
     ax_speed.plot(x, throughput, "o-", color=THROUGHPUT_COLOR, lw=1.2, ms=4, label="throughput")
     ax_speed.set_ylabel(" / ".join(sorted(units)) or "throughput")
@@ -281,13 +281,13 @@ def sweep_png(sweep: dict[str, Any]) -> bytes | None:
     ax_memory.set_xticks(x, labels=[_short(label) for label in labels])
     ax_memory.set_xlabel(str(sweep["variable"]))
     ax_speed.tick_params(labelbottom=False)
-    _legend(ax_speed)
-    _legend(ax_memory)
-    _layout(fig)
+    add_legend(ax_speed)
+    add_legend(ax_memory)
+    fix_layout(fig)
     ax_speed.get_gridspec().update(hspace=0.5, top=0.9, bottom=0.14)  # room for the legends
     for ax in (ax_speed, ax_memory):
         ax.set_position(ax.get_subplotspec().get_position(fig))
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _number(value: Any) -> float:

@@ -17,9 +17,9 @@ from ..record import Record
 from ..report import table_note
 from ..units import rate, seconds, share, size
 from .dash_findings import finding_html, sorted_findings
+from .dash_plots import png_data_uri
 from .dash_table import csv_text, data_link, table_html
 from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
-from .plots import png_data_uri
 from .text import (
     KERAS_FUNCTIONS_NOTE,
     headline,

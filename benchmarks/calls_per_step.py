@@ -1,0 +1,110 @@
+"""Python calls the tool adds per training step, counted by cProfile: a count, not a time, so
+it does not move with a noisy neighbour.
+
+Run: ``.venv/bin/python benchmarks/calls_per_step.py`` (``--json`` for one line of JSON).
+
+Each workload is a cell run in a real IPython shell, plainly and under ``%%tfprofile -q`` (the
+magic's full path: loop instrumentation, every probe, the recorder, the diagnosis after), at
+``SHORT`` and ``LONG`` steps. cProfile counts every call, builtins included. The slope
+``(calls(LONG) - calls(SHORT)) / (LONG - SHORT)`` cancels what a run costs once (start-up,
+report); the profiled slope minus the plain slope is what the tool adds per step.
+
+Workloads: a custom loop calling a ``@tf.function`` train step, ``model.fit`` on a
+``tf.data`` pipeline, ``model.train_on_batch`` in a loop, and an eager loop (GradientTape and
+``optimizer.apply_gradients``, no ``tf.function``).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import os
+import pstats
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+SHORT, LONG = 200, 600
+
+SETUP = """
+import numpy as np
+import tensorflow as tf
+import keras
+tf.random.set_seed(0)
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+optimizer = keras.optimizers.SGD(0.01)
+loss_fn = keras.losses.MeanSquaredError()
+xt, yt = tf.constant(x), tf.constant(y)
+
+@tf.function
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(yb, model(xb, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+def eager_step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(yb, model(xb, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+"""
+
+WORKLOADS = {
+    "tf.function loop": "for i in range({n}):\n    train_step(xt, yt)\n",
+    "model.fit": (
+        "ds = tf.data.Dataset.from_tensors((x, y)).repeat({n})\n"
+        "history = model.fit(ds, epochs=1, verbose=0)\n"
+    ),
+    "train_on_batch": "for i in range({n}):\n    model.train_on_batch(x, y)\n",
+    "eager loop": "for i in range({n}):\n    eager_step(xt, yt)\n",
+}
+
+
+def calls(shell, cell: str) -> int:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    outcome = shell.run_cell(cell)
+    profiler.disable()
+    if not outcome.success:
+        raise RuntimeError(f"the cell failed: {outcome.error_in_exec or outcome.error_before_exec}")
+    return pstats.Stats(profiler).total_calls
+
+
+def per_step(shell, body: str, profiled: bool) -> float:
+    head = "%%tfprofile -q\n" if profiled else ""
+    shell.run_cell(head + body.format(n=SHORT))  # warm-up: tracing, first-call costs
+    short = calls(shell, head + body.format(n=SHORT))
+    long = calls(shell, head + body.format(n=LONG))
+    return (long - short) / (LONG - SHORT)
+
+
+def main() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "tfdiag_magic")
+    shell.run_line_magic("config", "TFProfile.live = False")
+    if not shell.run_cell(SETUP).success:
+        raise SystemExit("set-up failed")
+    rows = {}
+    for name, body in WORKLOADS.items():
+        plain = per_step(shell, body, profiled=False)
+        profiled = per_step(shell, body, profiled=True)
+        rows[name] = {"plain": plain, "profiled": profiled, "added": profiled - plain}
+    if "--json" in sys.argv:
+        print(json.dumps(rows))
+        return
+    print(f"calls per step (cProfile, builtins included; slope between {SHORT} and {LONG} steps)")
+    print(f"{'workload':<20} {'plain':>9} {'profiled':>9} {'added':>7}")
+    for name, row in rows.items():
+        print(f"{name:<20} {row['plain']:>9.1f} {row['profiled']:>9.1f} {row['added']:>7.1f}")
+
+
+if __name__ == "__main__":
+    main()

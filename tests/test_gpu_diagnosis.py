@@ -16,14 +16,10 @@ from typing import Any
 
 import pytest
 
-from tfdiag_magic.gpu.diagnosis import (
-    MEMORY_GROWTH_CELL,
-    cuda_visible_devices_hides_all,
-    no_gpu_reasons,
-    problems,
-    verdict,
-    version_tuple,
-)
+from tfdiag_magic.diagnose.gpu_facts import version_tuple
+from tfdiag_magic.diagnose.gpu_rules.reasons import cuda_visible_devices_hides_all, no_gpu_reasons
+from tfdiag_magic.gpu.diagnosis import problems, verdict
+from tfdiag_magic.rewrite import MEMORY_GROWTH_CELL
 from tfdiag_magic.gpu.report import GPUReport
 
 GIB = 1024**3

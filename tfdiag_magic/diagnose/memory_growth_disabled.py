@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from ..findings import Finding
 from ..record import Record
-from ..rewrite import memory_growth_first
+from ..rewrite import MEMORY_GROWTH_CELL, memory_growth_first
 from ..stats import memory_stats
 from ..units import size
 from .evidence import rewrite, rounded, with_rewrite
-from .gpu_facts import env, nvml_devices, nvml_series, tf_gpus
+from .gpu_facts import (
+    env,
+    gib,
+    gpu_label,
+    gpu_memory_total,
+    growth_forced,
+    nvml_devices,
+    nvml_series,
+    section,
+    tf_gpus,
+    tf_readable,
+    without_run,
+)
 
 CODE = "memory-growth-disabled"
 TITLE = "TensorFlow reserved all GPU memory up front"
@@ -36,25 +48,46 @@ or set `TF_FORCE_GPU_ALLOW_GROWTH=true` before the kernel starts. Once TensorFlo
 in a kernel the setting cannot change: restart the kernel.
 
 ## Threshold
-Memory growth off for a GPU TensorFlow uses, `TF_FORCE_GPU_ALLOW_GROWTH` not `true`, and NVML
-reporting at least 90% of the GPU's memory in use while the allocator's peak was under half of
-it. An info note: it matters when the GPU is shared. Checked on recorded facts.
+Memory growth not on (off, or not set: the default) for a GPU TensorFlow uses,
+`TF_FORCE_GPU_ALLOW_GROWTH` not `true` and `TF_GPU_ALLOCATOR` not `cuda_malloc_async` (that
+allocator grows its pool as needed). `%tfgpu`, before or without a run, warns on that alone: it
+is the moment the setting can still be chosen. After a profiled run it is an info note, and only
+where NVML reported at least 90% of the GPU's memory in use while the allocator's peak was under
+half of it: it matters when the GPU is shared. Checked on recorded facts.
 """
 
 MIN_RESERVED = 0.9
 MAX_USED = 0.5
 
 
+def fix_text(initialized: bool) -> str:
+    """The fix, the same in `%tfgpu` and after a run: before the runtime starts, the magic or
+    the cell; after, a restart and the cell first."""
+    if initialized:
+        return (
+            "The runtime is already initialised, so this can no longer change in this kernel. "
+            "Restart the kernel and run this cell first:\n"
+            + MEMORY_GROWTH_CELL
+            + "(or set TF_FORCE_GPU_ALLOW_GROWTH=true in the environment that starts Jupyter)"
+        )
+    return (
+        "Run %tfgpu --memory-growth now (the runtime is not initialised yet), or put this "
+        "cell first in the notebook:\n" + MEMORY_GROWTH_CELL
+    )
+
+
 def check(record: Record, source: str | None) -> Finding | None:
-    if (env(record, "TF_FORCE_GPU_ALLOW_GROWTH") or "").lower() == "true":
+    if growth_forced(record) or not tf_readable(record):
         return None
     if (env(record, "TF_GPU_ALLOCATOR") or "") == "cuda_malloc_async":
         return None
     gpus = tf_gpus(record)
+    if without_run(record):
+        return _before_the_run(record, gpus)
     devices = nvml_devices(record)
     peaks = memory_stats(record).gpu
     for index, gpu in enumerate(gpus):
-        if gpu.get("memory_growth") is not False or index >= len(devices):
+        if gpu.get("memory_growth") is True or index >= len(devices):
             continue
         total = devices[index].get("memory_total")
         used = nvml_series(record, index, "mem_used")
@@ -75,8 +108,7 @@ def check(record: Record, source: str | None) -> Finding | None:
                     " when it started; its allocator's peak in this run was"
                     f" {size(peak)}. Other processes cannot use the rest."
                 ),
-                fix="Turn memory growth on in the first cell (or `TF_FORCE_GPU_ALLOW_GROWTH=true`)"
-                " and restart the kernel.",
+                fix=fix_text(initialized=True),
                 evidence={
                     "gpu": gpu.get("name"),
                     "nvml_memory_used_bytes": rounded(reserved),
@@ -87,3 +119,33 @@ def check(record: Record, source: str | None) -> Finding | None:
             )
             return with_rewrite(finding, source, rewrite(memory_growth_first, source))
     return None
+
+
+def _before_the_run(record: Record, gpus: list[dict]) -> Finding | None:
+    off = [g for g in gpus if g.get("memory_growth") is not True]
+    if not off:
+        return None
+    initialized = bool(section(record, "tensorflow").get("initialized"))
+    labels = ", ".join(
+        gpu_label(g)
+        + (f", {gib(gpu_memory_total(record, g))}" if gpu_memory_total(record, g) else "")
+        for g in off
+    )
+    when = (
+        "TensorFlow has reserved" if initialized else "when its runtime starts, TensorFlow reserves"
+    )
+    return Finding(
+        code=CODE,
+        severity="warning",
+        title="Memory growth is off",
+        detail=f"Memory growth is off on {labels}: {when} almost all of the GPU's memory, so no"
+        " other process (a second notebook, another framework) can use it, and the memory in use"
+        " says nothing about what the model needs.",
+        fix=fix_text(initialized),
+        evidence={
+            "gpus": [g.get("name") for g in off],
+            "initialized": initialized,
+            "TF_FORCE_GPU_ALLOW_GROWTH": env(record, "TF_FORCE_GPU_ALLOW_GROWTH"),
+            "TF_GPU_ALLOCATOR": env(record, "TF_GPU_ALLOCATOR"),
+        },
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from .diagnosis import MEMORY_GROWTH_CELL
+from ..rewrite.memory_growth import MEMORY_GROWTH_CELL
 from .tensorflow_facts import runtime_initialized
 
 

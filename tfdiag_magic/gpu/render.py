@@ -11,7 +11,7 @@ import textwrap
 from html import escape
 from typing import Any
 
-from .diagnosis import gib
+from ..diagnose.gpu_facts import gib
 from .nvml_facts import NOT_AVAILABLE
 
 Rows = list[tuple[str, str]]

@@ -11,7 +11,6 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from .diagnosis import problems
 from .facts import collect_facts, tensorflow_unreadable
 
 
@@ -42,4 +41,6 @@ def session_facts(tf: ModuleType) -> dict[str, Any]:
 def gpu_problems(facts: dict[str, Any]) -> list[dict[str, Any]]:
     """The problems the facts show: ``[{"code", "severity", "title", "message", "fix",
     "evidence"}]``, errors first (see `diagnosis` for every code)."""
+    from .diagnosis import problems  # the diagnosis, only when asked: a run reads facts only
+
     return problems(facts)

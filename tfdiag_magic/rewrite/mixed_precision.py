@@ -1,14 +1,15 @@
-"""Mixed precision: float16 compute with float32 variables, outputs kept in float32.
+"""Mixed precision: 16-bit compute with float32 variables, outputs kept in float32.
 
-Inserts ``keras.mixed_precision.set_global_policy("mixed_float16")`` (spelled as the cell spells
-Keras) before the first statement that builds a model, and makes the layer that produces the
+Inserts ``keras.mixed_precision.set_global_policy(policy)`` (``"mixed_float16"`` unless the
+diagnosis advises ``"mixed_bfloat16"``, see ``mixed-precision-available``; spelled as the cell
+spells Keras) before the first statement that builds a model, and makes the layer that produces the
 model's outputs compute in float32 (``dtype="float32"``) so the loss is computed from float32
 outputs: the last layer of ``Sequential([...])``, the last ``model.add(...)`` of a Sequential
 model, or the layer whose call gives the ``outputs`` of a functional ``Model(inputs, outputs)``.
 When no such layer is found (subclassed models, ``keras.applications``), the policy line comes
 with a comment saying which layer needs ``dtype="float32"``.
 
-Limits: cells with a custom ``GradientTape`` step are left alone (None): under mixed_float16 they
+Limits: cells with a custom ``GradientTape`` step are left alone (None) under mixed_float16: they
 also need loss scaling (``keras.optimizers.LossScaleOptimizer`` and ``optimizer.scale_loss``),
 which ``model.fit`` does by itself. Cells that already set a policy are left alone. On GPUs the
 speed-up needs Tensor Cores (compute capability 7.0 or higher).
@@ -42,19 +43,19 @@ from .common import (
 _FLOAT32 = cst.SimpleString('"float32"')
 
 
-def mixed_precision(source: str) -> str | None:
-    """Enable the mixed_float16 policy before the model is built; keep outputs in float32."""
-    return rewrite_cell(source, _rewrite)
+def mixed_precision(source: str, policy: str = "mixed_float16") -> str | None:
+    """Enable the `policy` before the model is built; keep outputs in float32."""
+    return rewrite_cell(source, lambda cell: _rewrite(cell, policy))
 
 
-def _rewrite(cell: Cell) -> cst.Module | None:
+def _rewrite(cell: Cell, policy_name: str) -> cst.Module | None:
     module = cell.module
     names = aliases(module)
     for node in walk(module):
         name = dotted(node.func) if isinstance(node, cst.Call) else None
         if name and name.endswith(("set_global_policy", "mixed_precision.set_policy")):
             return None  # a policy is already chosen
-        if name and name.endswith("GradientTape"):
+        if name and name.endswith("GradientTape") and policy_name == "mixed_float16":
             return None  # a custom step would also need loss scaling
     builders = model_builders(names, module)
     first = next(
@@ -80,7 +81,7 @@ def _rewrite(cell: Cell) -> cst.Module | None:
     for layer in outputs:
         if find_kwarg(layer, "dtype") is None:
             edits[layer] = lambda call: set_kwarg(call, "dtype", _FLOAT32)
-    policy = parse_stmt(f'{keras}.mixed_precision.set_global_policy("mixed_float16")\n')
+    policy = parse_stmt(f'{keras}.mixed_precision.set_global_policy("{policy_name}")\n')
     if not outputs:
         policy = policy.with_changes(
             leading_lines=leading_comment(

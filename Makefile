@@ -18,8 +18,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m tfdiag_magic demo --html build/demo-report.html
 
-test: setup
-	$(PY) -m ruff check tfdiag_magic tests benchmarks
+test: lint
 	$(PY) -m pytest -q
 
 # A quick check while working: ruff, the record, rewrite, GPU-record and explain tests, and the
@@ -33,9 +32,11 @@ test-fast: setup
 	$(PY) -m ruff check tfdiag_magic tests benchmarks
 	$(PY) -m pytest -q -m "not kernel and not browser" $(FAST_TESTS)
 
+# ruff (rules and formatting), and vulture for code nothing uses (pyproject's [tool.vulture]).
 lint: setup
 	$(PY) -m ruff check tfdiag_magic tests benchmarks
 	$(PY) -m ruff format --check tfdiag_magic tests benchmarks
+	$(PY) -m vulture
 
 bench: setup
 	$(PY) benchmarks/probe_costs.py

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from tfdiag_magic.diagnose.gpu_facts import version_tuple
+from tfdiag_magic.diagnose.gpu_rules import problems, verdict
 from tfdiag_magic.diagnose.gpu_rules.reasons import cuda_visible_devices_hides_all, no_gpu_reasons
-from tfdiag_magic.gpu.diagnosis import problems, verdict
-from tfdiag_magic.rewrite import MEMORY_GROWTH_CELL
 from tfdiag_magic.gpu.report import GPUReport
+from tfdiag_magic.rewrite import MEMORY_GROWTH_CELL
 
 GIB = 1024**3
 H100_MEMORY = 85_520_809_984  # what NVML reports for an H100 80GB HBM3 (79.6 GiB)

@@ -25,9 +25,10 @@ import pytest
 import tensorflow as tf
 from IPython.core.error import UsageError
 
+from tfdiag_magic.diagnose.gpu_rules import problems as gpu_problems
 from tfdiag_magic.gpu import watch as watch_module
 from tfdiag_magic.gpu.report import GPUReport
-from tfdiag_magic.gpu.session_facts import gpu_problems, session_facts
+from tfdiag_magic.gpu.session_facts import session_facts
 from tfdiag_magic.gpu.tensorflow_facts import runtime_initialized
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from ..gpu.nvml_facts import gib
 from ..record import Record
 
-GIB = 1024**3
+__all__ = ["gib"]  # the doctor's memory format, for the rules
 DOCTOR = "%tfgpu"
 
 
@@ -113,10 +114,6 @@ def version_tuple(text: Any) -> tuple[int, ...] | None:
 
 def cc_text(capability: Any) -> str | None:
     return f"{capability[0]}.{capability[1]}" if capability else None
-
-
-def gib(value: int | float | None) -> str:
-    return "unknown" if value is None else f"{value / GIB:.1f} GiB"
 
 
 def gpu_label(gpu: dict[str, Any]) -> str:

@@ -11,8 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from ..rewrite.memory_growth import MEMORY_GROWTH_CELL
 from .tensorflow_facts import runtime_initialized
+
+MEMORY_GROWTH_CELL = """\
+# Run this first, right after a kernel restart: memory growth can only be set before anything
+# initialises TensorFlow's GPU runtime (afterwards it raises RuntimeError). It stops TensorFlow
+# from reserving all GPU memory up front; it does not defragment memory.
+import tensorflow as tf
+
+for gpu in tf.config.list_physical_devices("GPU"):
+    tf.config.experimental.set_memory_growth(gpu, True)
+"""
 
 
 @dataclass

@@ -24,6 +24,13 @@ from ..nvml import (
 __all__ = ["init_failure_reason", "nvml_error_text"]  # NVML's words, for the views and tests
 
 NOT_AVAILABLE = "not available"
+GIB = 1024**3
+
+
+def gib(value: int | float | None) -> str:
+    """Memory as the GPU doctor writes it: "79.6 GiB"."""
+    return "unknown" if value is None else f"{value / GIB:.1f} GiB"
+
 
 # Bits of nvmlDeviceGetCurrentClocksEventReasons (formerly ...ThrottleReasons), by name.
 CLOCK_EVENT_REASONS: dict[int, str] = {

@@ -11,8 +11,7 @@ import textwrap
 from html import escape
 from typing import Any
 
-from ..diagnose.gpu_facts import gib
-from .nvml_facts import NOT_AVAILABLE
+from .nvml_facts import NOT_AVAILABLE, gib
 
 Rows = list[tuple[str, str]]
 TEXT_WIDTH = 100

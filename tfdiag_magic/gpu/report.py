@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .diagnosis import problems, verdict
+from ..diagnose.gpu_rules import problems, verdict
 from .facts import SCHEMA, collect_facts
 
 

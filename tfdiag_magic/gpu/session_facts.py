@@ -3,7 +3,7 @@
 `session_facts(tf)` is `facts.collect_facts` in its cheap form: no C++ log capture, no
 library search, only NVML's static fields. It never initialises the TensorFlow runtime and
 never raises: a section that cannot be read carries an ``"error"`` and None values instead.
-`gpu_problems(facts)` is the doctor's diagnosis (`diagnosis.problems`) on those facts.
+The doctor's diagnosis of them is `diagnose.gpu_rules.problems`.
 """
 
 from __future__ import annotations
@@ -36,11 +36,3 @@ def session_facts(tf: ModuleType) -> dict[str, Any]:
             "env": {},
             "platform": {},
         }
-
-
-def gpu_problems(facts: dict[str, Any]) -> list[dict[str, Any]]:
-    """The problems the facts show: ``[{"code", "severity", "title", "message", "fix",
-    "evidence"}]``, errors first (see `diagnosis` for every code)."""
-    from .diagnosis import problems  # the diagnosis, only when asked: a run reads facts only
-
-    return problems(facts)

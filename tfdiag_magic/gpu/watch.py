@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from ..diagnose.gpu_facts import gib
 from ..nvml import NVMLUnavailableError, device_handles, nvml_close, nvml_open, nvml_query
+from .nvml_facts import gib
 
 THREAD_NAME = "tfdiag-gpu-watch"
 DEFAULT_INTERVAL = 1.0

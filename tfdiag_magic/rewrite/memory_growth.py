@@ -12,17 +12,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..gpu.memory_growth import MEMORY_GROWTH_CELL
 from .common import split_magic_line
 
-MEMORY_GROWTH_CELL = """\
-# Run this first, right after a kernel restart: memory growth can only be set before anything
-# initialises TensorFlow's GPU runtime (afterwards it raises RuntimeError). It stops TensorFlow
-# from reserving all GPU memory up front; it does not defragment memory.
-import tensorflow as tf
-
-for gpu in tf.config.list_physical_devices("GPU"):
-    tf.config.experimental.set_memory_growth(gpu, True)
-"""
+__all__ = ["MEMORY_GROWTH_CELL", "memory_growth_first"]
 
 
 def memory_growth_first(source: str) -> str:

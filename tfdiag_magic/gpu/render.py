@@ -24,10 +24,6 @@ def _na(value: Any, reason: str | None = None) -> str:
     return str(value)
 
 
-def _yes_no(value: Any) -> str:
-    return NOT_AVAILABLE if value is None else ("yes" if value else "no")
-
-
 # -- sections as rows ------------------------------------------------------------------------
 
 

@@ -50,7 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # A run from start to result.
     "result": ("result", "session"),
     # What the user sees.
-    "views": ("views", "gpu.render"),
+    "views": ("views", "gpu.render", "gpu.report"),
     # Entry points: the extension, the magics, the command line.
     "front": ("", "magics", "cli", "gpu.magic", "__main__"),
 }

@@ -19,9 +19,9 @@ import tensorflow as tf
 
 from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Kind, Phase, Record
 from tfdiag_magic.recorder import LOSS_BATCH, Recorder
+from tfdiag_magic.report import build_report
 from tfdiag_magic.result import ProfileResult
 from tfdiag_magic.stats import phase_stats, warmup_mask
-from tfdiag_magic.report import build_report
 
 N_STEPS = 100_000
 

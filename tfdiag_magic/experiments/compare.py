@@ -8,8 +8,11 @@
    its steps are of the same kind (both Keras batches, both tf.function calls, ...);
 3. else the cell's wall time.
 
-A difference under `NOISE` (5%) reads "no measurable change". A run that failed is not timed
-against one that completed: the verdict says which failed. Memory is mentioned when its peak
+A difference reads "faster" or "slower" only when it is more than noise (`noise.py`): with
+per-step intervals in both runs, when a bootstrap interval of the ratio excludes 1 and the ratio
+is at least 5% from 1; by wall time alone, at least 35% from 1. Otherwise the verdict says "no
+measurable change", and within how much. A run that failed is not timed against one that
+completed: the verdict says which failed. Memory is mentioned when its peak
 moved by `MEMORY_NOTE` (10%) or more.
 """
 
@@ -20,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..units import size
 from .headline import Headline, Run, finished_record, headline_of
+from .noise import STEP_NOISE, WALL_TIME_NOISE, Band, fixed_band, interval_band
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-NOISE = 0.05
+NOISE = STEP_NOISE  # the smallest change a verdict names
 MEMORY_NOTE = 0.10
 ADDED_NOTE_BYTES = 64 * (1 << 20)  # as much as host-memory-growth asks for
 
@@ -62,6 +66,7 @@ class Comparison:
     measure: str | None  # "samples/s", "step interval", "wall time"; None: not timed
     speedup: float | None  # > 1: this run is faster by that factor on `measure`
     verdict: str
+    band: Band | None = None  # the range `speedup` could take from noise alone
     resolved: list[str] = field(default_factory=list)  # finding codes gone in this run
     new: list[str] = field(default_factory=list)  # finding codes this run has and the baseline not
     persisting: list[str] = field(default_factory=list)
@@ -107,6 +112,7 @@ class Comparison:
             "measure": self.measure,
             "measure_text": MEASURES.get(self.measure or ""),
             "speedup": self.speedup,
+            "noise_band": [self.band.low, self.band.high] if self.band is not None else None,
             "verdict": self.verdict,
             "resolved": list(self.resolved),
             "new": list(self.new),
@@ -139,11 +145,12 @@ def compare(baseline: Run, result: Run, name: str) -> Comparison:
 
 
 def compare_headlines(before: Headline, after: Headline, name: str) -> Comparison:
-    measure, speedup = _speed(before, after)
+    measure, band = _speed(before, after)
+    speedup = band.ratio if band is not None else None
     resolved = [c for c in before.findings if c not in after.findings]
     new = [c for c in after.findings if c not in before.findings]
     persisting = [c for c in after.findings if c in before.findings]
-    parts = [_speed_text(before, after, measure, speedup)]
+    parts = [_speed_text(before, after, measure, band)]
     parts.extend(_memory_text(before, after))
     verdict = ", ".join(p for p in parts if p)
     notes = []
@@ -160,13 +167,15 @@ def compare_headlines(before: Headline, after: Headline, name: str) -> Compariso
         measure=measure,
         speedup=speedup,
         verdict=verdict,
+        band=band,
         resolved=resolved,
         new=new,
         persisting=persisting,
     )
 
 
-def _speed(before: Headline, after: Headline) -> tuple[str | None, float | None]:
+def _speed(before: Headline, after: Headline) -> tuple[str | None, Band | None]:
+    """The measure both runs share, and the speed-up on it with its noise band."""
     if before.failed or after.failed:
         return None, None
     same_phase = before.phase is not None and before.phase == after.phase
@@ -176,11 +185,13 @@ def _speed(before: Headline, after: Headline) -> tuple[str | None, float | None]
         and before.throughput
         and after.throughput
     ):
-        return "samples/s", after.throughput / before.throughput
+        ratio = after.throughput / before.throughput
+        return "samples/s", interval_band(ratio, before.intervals, after.intervals)
     if same_phase and before.kind == after.kind and before.step_interval and after.step_interval:
-        return "step interval", before.step_interval / after.step_interval
+        ratio = before.step_interval / after.step_interval
+        return "step interval", interval_band(ratio, before.intervals, after.intervals)
     if before.wall_time > 0 and after.wall_time > 0:
-        return "wall time", before.wall_time / after.wall_time
+        return "wall time", fixed_band(before.wall_time / after.wall_time, WALL_TIME_NOISE)
     return None, None
 
 
@@ -193,20 +204,22 @@ def factor(ratio: float) -> str:
     return f"{ratio:.2f}×"
 
 
-def _speed_text(
-    before: Headline, after: Headline, measure: str | None, speedup: float | None
-) -> str:
+def _speed_text(before: Headline, after: Headline, measure: str | None, band: Band | None) -> str:
     if after.failed and before.failed:
         return f"both runs failed (baseline: {before.error_type}; this run: {after.error_type})"
     if after.failed:
         return f"this run failed with {after.error_type} (the baseline completed)"
     if before.failed:
         return f"completes now (the baseline failed with {before.error_type}); not timed"
-    if measure is None or speedup is None:
+    if measure is None or band is None:
         return "speed not comparable (no time was measured)"
     by = f"by {MEASURES[measure]}"
-    if abs(speedup - 1.0) < NOISE:
-        return f"no measurable change in speed ({factor(speedup)} {by}, within {NOISE:.0%})"
+    speedup = band.ratio
+    if not band.measurable:
+        return (
+            f"no measurable change in speed ({factor(speedup)} {by},"
+            f" within the noise of ±{band.half_width:.0%})"
+        )
     if speedup > 1:
         return f"{factor(speedup)} faster {by}"
     return f"{factor(1 / speedup)} slower {by}"

@@ -15,7 +15,7 @@ left out: the first step and every step that traced) give
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import numpy as np
@@ -69,9 +69,12 @@ class Headline:
     error: str | None  # "Type: message" of what ended the run
     error_type: str | None
     findings: list[str] = field(default_factory=list)  # finding codes
+    # The steady start-to-start intervals `step_interval` averages, in time order: the spread a
+    # comparison reads its noise band from (not in the report).
+    intervals: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "intervals"}
 
 
 def main_phase(record: Record) -> str | None:
@@ -134,7 +137,7 @@ def _phase_numbers(record: Record, code: int) -> dict[str, Any]:
     kinds = np.bincount(steps["kind"][rows], minlength=len(KINDS))
     steady = rows[~warm] if (~warm).any() else rows
     durations = steps["duration"][steady]
-    interval, kept = _interval(record, rows, warm)
+    interval, kept, gaps = _interval(record, rows, warm)
     batches = steps["batch"][kept].astype(np.float64)
     known = ~np.isnan(batches) & (batches > 0)
     batch = float(np.median(batches[known])) if known.size and known.mean() >= 0.9 else None
@@ -144,6 +147,7 @@ def _phase_numbers(record: Record, code: int) -> dict[str, Any]:
         "step_time": float(np.median(durations)) if durations.size else None,
         "step_interval": interval,
         "batch_size": batch,
+        "intervals": gaps,
     }
     if interval is not None and interval > 0:
         if batch is not None:
@@ -154,14 +158,17 @@ def _phase_numbers(record: Record, code: int) -> dict[str, Any]:
     return numbers
 
 
-def _interval(record: Record, rows: np.ndarray, warm: np.ndarray) -> tuple[float | None, Any]:
-    """Mean start-to-start seconds of the steady steps of `rows` (in time order), and the rows
-    whose intervals it averages (the steps themselves when there is a single one)."""
+def _interval(
+    record: Record, rows: np.ndarray, warm: np.ndarray
+) -> tuple[float | None, Any, np.ndarray | None]:
+    """Mean start-to-start seconds of the steady steps of `rows` (in time order), the rows
+    whose intervals it averages (the steps themselves when there is a single one), and those
+    intervals (None for a single step)."""
     steps = record.steps
     if rows.size == 0:
-        return None, rows
+        return None, rows, None
     if rows.size == 1:
-        return float(steps["duration"][rows[0]]), rows
+        return float(steps["duration"][rows[0]]), rows, None
     starts = steps["start"][rows]
     gaps = np.diff(starts)
     owners = rows[:-1]
@@ -172,4 +179,4 @@ def _interval(record: Record, rows: np.ndarray, warm: np.ndarray) -> tuple[float
     typical = float(np.median(gaps))
     regular = gaps <= PAUSE_FACTOR * typical if typical > 0 else np.ones(gaps.size, dtype=bool)
     gaps, owners = gaps[regular], owners[regular]
-    return float(gaps.mean()), owners
+    return float(gaps.mean()), owners, gaps

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..units import seconds, size
-from .compare import NOISE, factor
+from .compare import factor
 from .headline import Headline, Run, finished_record, headline_of
+from .noise import WALL_TIME_NOISE, fixed_band, interval_band
 from .sweep_spec import SweepSpec, value_label
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class Recommendation:
     has_runner_up: bool = False
     margin: float | None = None  # > 1: how many times better than the runner-up
     within_noise: bool = False
+    noise: float = 0.0  # the noise band the margin fell within (0.07: ±7%), when it did
     peak_host: int | None = None
     peak_device: int | None = None
     failed: list[tuple[str, str]] = field(default_factory=list)  # (value label, error type)
@@ -335,9 +337,15 @@ def recommend(sweep: Sweep) -> Recommendation | None:
         if by_samples:
             other = second.headline.throughput or 0.0
             rec.margin = score / other if other > 0 else None
+            if rec.margin is not None:
+                band = interval_band(rec.margin, second.headline.intervals, best.headline.intervals)
         else:
             rec.margin = second.headline.wall_time / score if score > 0 else None
-        rec.within_noise = rec.margin is not None and rec.margin < 1 + NOISE
+            if rec.margin is not None:
+                band = fixed_band(rec.margin, WALL_TIME_NOISE)
+        if rec.margin is not None:
+            rec.within_noise = not band.measurable
+            rec.noise = band.half_width
     rec.text = _text(sweep, rec)
     return rec
 
@@ -352,7 +360,7 @@ def _text(sweep: Sweep, rec: Recommendation) -> str:
     if rec.has_runner_up and rec.margin is not None:
         other = f"{name}={value_label(rec.runner_up)}"
         if rec.within_noise:
-            head += f", within noise ({NOISE:.0%}) of {other}: either will do"
+            head += f", within the noise (±{rec.noise:.0%}) of {other}: either will do"
         else:
             head += f", {factor(rec.margin)} the runner-up ({other})"
     memory = []

@@ -48,3 +48,8 @@ def settings_of(shell: Any) -> TFProfile:
         if type(configurable).__name__ == TFProfile.__name__:
             return configurable  # type: ignore[return-value]
     return TFProfile()
+
+
+def in_kernel(shell: Any) -> bool:
+    """Whether `shell` is a Jupyter kernel's, whose frontend can show HTML and widgets."""
+    return getattr(shell, "kernel", None) is not None

@@ -15,7 +15,7 @@ from typing import Any
 from .cuda_libraries import find_cuda_libraries
 from .environment import environment_facts, platform_facts
 from .nvml_facts import nvml_facts, unavailable_facts
-from .tensorflow_facts import import_tensorflow, tensorflow_facts
+from .tensorflow_facts import tensorflow_facts, try_import_tensorflow
 
 SCHEMA = 1
 
@@ -44,7 +44,7 @@ def collect_facts(tf: ModuleType | None = None, *, full: bool = True) -> dict[st
     started = time.perf_counter()
     error = None
     if tf is None:
-        tf, error = import_tensorflow()
+        tf, error = try_import_tensorflow()
     try:
         tensorflow = tensorflow_facts(tf, full=full, error=error)
     except Exception as exc:

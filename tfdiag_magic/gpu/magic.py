@@ -14,12 +14,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from ..config import in_kernel
 from .watch import DEFAULT_INTERVAL, MIN_INTERVAL
-
-
-def in_notebook(shell: Any) -> bool:
-    """Whether the shell has a Jupyter frontend (a kernel) that can show HTML and widgets."""
-    return getattr(shell, "kernel", None) is not None
 
 
 @magics_class
@@ -123,9 +119,9 @@ class GPUMagics(Magics):
 
     def _memory_growth(self) -> None:
         from .memory_growth import enable_memory_growth
-        from .tensorflow_facts import import_tensorflow
+        from .tensorflow_facts import try_import_tensorflow
 
-        tf, error = import_tensorflow()
+        tf, error = try_import_tensorflow()
         if tf is None:
             raise UsageError(f"%tfgpu --memory-growth needs TensorFlow: {error}")
         print(enable_memory_growth(tf).text())
@@ -133,7 +129,7 @@ class GPUMagics(Magics):
     def _watch(self, interval: float) -> None:
         from .watch import start_watch
 
-        watch, view = start_watch(interval, widget=in_notebook(self.shell))
+        watch, view = start_watch(interval, widget=in_kernel(self.shell))
         if view is not None:
             display(view.widget)
         else:

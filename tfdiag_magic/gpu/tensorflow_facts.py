@@ -36,7 +36,7 @@ _CONTEXT_MODULE = "tensorflow.python.eager.context"
 _MISSING = object()
 
 
-def import_tensorflow() -> tuple[ModuleType | None, str | None]:
+def try_import_tensorflow() -> tuple[ModuleType | None, str | None]:
     """(tensorflow, None), or (None, why) when it cannot be imported.
 
     A broken install fails in many ways besides ImportError (a NumPy ABI mismatch raises

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import in_kernel as in_kernel  # where the views and magics ask
 from ..record import PHASES
 from ..result import ProfileResult
 from ..units import rate, seconds, size
@@ -459,8 +460,3 @@ def close_dashboards() -> None:
     while _open_dashboards:
         _key, dashboard = _open_dashboards.popitem(last=False)
         dashboard.close()
-
-
-def in_kernel(shell: Any) -> bool:
-    """Whether `shell` is a Jupyter kernel's, where widgets have a frontend to render them."""
-    return getattr(shell, "kernel", None) is not None

@@ -11,11 +11,21 @@ import ast
 import contextlib
 import contextvars
 import difflib
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    Scope,
+    ScopeProvider,
+)
 
 MAGIC_PREFIX = "%%tfprofile"
 
@@ -30,29 +40,32 @@ class Cell:
     header: str
     body: str
     module: cst.Module
-    _positions: dict | None = field(default=None, repr=False)
-    _parents: dict | None = field(default=None, repr=False)
 
     @property
     def line_offset(self) -> int:
         """How many lines of the given source precede the Python body."""
         return 1 if self.header else 0
 
-    def _resolve(self) -> None:
+    @functools.cached_property
+    def _metadata(self) -> dict:
         wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self._positions = wrapper.resolve(PositionProvider)
-        self._parents = wrapper.resolve(ParentNodeProvider)
+        return wrapper.resolve_many([PositionProvider, ParentNodeProvider])
 
     def line(self, node: cst.CSTNode) -> int:
         """The 1-based line of `node` in the given source (the magic line counts)."""
-        if self._positions is None:
-            self._resolve()
-        return self._positions[node].start.line + self.line_offset
+        return self._metadata[PositionProvider][node].start.line + self.line_offset
+
+    def end_line(self, node: cst.CSTNode) -> int:
+        """The last line of `node` in the given source."""
+        return self._metadata[PositionProvider][node].end.line + self.line_offset
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        if self._parents is None:
-            self._resolve()
-        return self._parents.get(node)
+        return self._metadata[ParentNodeProvider].get(node)
+
+    @functools.cached_property
+    def loads(self) -> list[cst.Name]:
+        """Every name the cell reads (libcst's scope analysis: attributes and keywords not)."""
+        return _loads(_node_scopes(self.module))
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self.parent(node)
@@ -139,52 +152,54 @@ def same_expr(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     return ast.dump(expr_ast(a)) == ast.dump(expr_ast(b))
 
 
-def _as_ast(node: cst.CSTNode) -> ast.AST:
+def _scopes(scope_of: Mapping[cst.CSTNode, Scope | None]) -> set[Scope]:
+    return {scope for scope in scope_of.values() if scope is not None}
+
+
+def _loads(scopes: Iterable[Scope]) -> list[cst.Name]:
+    return [a.node for s in scopes for a in s.accesses if isinstance(a.node, cst.Name)]
+
+
+def _node_scopes(node: cst.CSTNode) -> set[Scope]:
+    """The scopes libcst finds in `node` analysed on its own (as a module of its own)."""
     if isinstance(node, cst.BaseExpression):
-        return expr_ast(node)
-    if isinstance(node, cst.IndentedBlock | cst.SimpleStatementSuite):
-        return ast.parse(code_of(cst.Module(body=list(block_statements(node)))))
-    return ast.parse(code_of(node))
+        node = cst.Expr(node)
+    if isinstance(node, cst.BaseSmallStatement):
+        node = cst.SimpleStatementLine([node])
+    if not isinstance(node, cst.Module):
+        body = [node] if isinstance(node, cst.BaseStatement) else block_statements(node)
+        node = cst.Module(body=body)
+    return _scopes(MetadataWrapper(node, unsafe_skip_copy=True).resolve(ScopeProvider))
 
 
 def loaded_names(node: cst.CSTNode) -> set[str]:
     """Names read anywhere in `node` (nested function bodies included)."""
-    return {
-        n.id
-        for n in ast.walk(_as_ast(node))
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    }
+    return {name.value for name in _loads(_node_scopes(node))}
 
 
 def stored_names(node: cst.CSTNode) -> set[str]:
     """Names bound anywhere in `node`: assignments, loop and with targets, defs, imports."""
-    names: set[str] = set()
-    for n in ast.walk(_as_ast(node)):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del):
-            names.add(n.id)
-        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(n.name)
-        elif isinstance(n, ast.Import | ast.ImportFrom):
-            for alias in n.names:
-                names.add(alias.asname or alias.name.split(".")[0])
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            names.add(n.name)
-        elif isinstance(n, ast.Global | ast.Nonlocal):
-            names.update(n.names)
-    return names
+    return {
+        a.name
+        for scope in _node_scopes(node)
+        for a in scope.assignments
+        if not isinstance(a.node, cst.Param) and "." not in a.name
+    }
 
 
 def all_names(node: cst.CSTNode) -> set[str]:
-    """Every identifier used in `node` (read, bound or as an attribute)."""
-    names = set()
-    for n in ast.walk(_as_ast(node)):
-        if isinstance(n, ast.Name):
-            names.add(n.id)
-        elif isinstance(n, ast.Attribute):
-            names.add(n.attr)
-        elif isinstance(n, ast.arg):
-            names.add(n.arg)
-    return names | stored_names(node)
+    """Every identifier used in `node` (read, bound, attribute or keyword), less the module
+    paths of its imports (``keras`` of ``from keras import layers`` binds no name)."""
+    imports = m.findall(node, m.ImportAlias())
+    paths = [alias.name for alias in imports]
+    paths += [i.module for i in m.findall(node, m.ImportFrom(module=m.DoNotCare()))]
+    in_paths = {id(n) for path in paths for n in m.findall(path, m.Name())}
+    names = {n.value for n in m.findall(node, m.Name()) if id(n) not in in_paths}
+    return names | {_bound_by(alias) for alias in imports}
+
+
+def _bound_by(alias: cst.ImportAlias) -> str:
+    return alias.evaluated_alias or alias.evaluated_name.split(".")[0]
 
 
 def fresh_name(module: cst.Module, preferred: Sequence[str]) -> str:
@@ -315,15 +330,6 @@ def _without_comment(comma: cst.Comma) -> cst.Comma:
     return comma
 
 
-def add_positional(call: cst.Call, value: cst.BaseExpression) -> cst.Call:
-    args = list(call.args)
-    if args:
-        args[-1] = args[-1].with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        )
-    return call.with_changes(args=[*args, cst.Arg(value=value)])
-
-
 def int_value(expr: cst.CSTNode | None) -> int | None:
     """The value of a plain integer literal, else None."""
     if isinstance(expr, cst.Integer):
@@ -409,47 +415,32 @@ class Aliases:
 
 
 def _uses_attribute(module: cst.Module, base: str, attr: str) -> bool:
-    for node in walk(module):
-        if (
-            isinstance(node, cst.Attribute)
-            and isinstance(node.value, cst.Name)
-            and node.value.value == base
-            and node.attr.value == attr
-        ):
-            return True
-    return False
+    return bool(m.findall(module, m.Attribute(value=m.Name(base), attr=m.Name(attr))))
 
 
 def aliases(module: cst.Module) -> Aliases:
-    imported: dict[str, str] = {}
-    for node in walk(module):
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                full = dotted(alias.name)
-                if full is None:
-                    continue
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    imported[alias.asname.name.value] = full
-                else:
-                    head = full.split(".")[0]
-                    imported[head] = head
-        elif isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
-            base = dotted(node.module)
-            if base is None or isinstance(node.names, cst.ImportStar):
-                continue
-            for alias in node.names:
-                name = dotted(alias.name)
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    imported[alias.asname.name.value] = f"{base}.{name}"
-                else:
-                    imported[str(name)] = f"{base}.{name}"
-    used = all_names(module)
     outside = _NAMESPACE_MODULES.get()
+    return _aliases(module, tuple(sorted(outside.items())) if outside else ())
+
+
+@functools.lru_cache(maxsize=16)
+def _aliases(module: cst.Module, outside: tuple[tuple[str, str], ...]) -> Aliases:
+    imported: dict[str, str] = {}
+    for node in m.findall(module, m.Import() | m.ImportFrom(relative=[], module=m.DoNotCare())):
+        if isinstance(node.names, cst.ImportStar):
+            continue
+        for alias in node.names:
+            if isinstance(node, cst.ImportFrom):
+                imported[_bound_by(alias)] = f"{dotted(node.module)}.{alias.evaluated_name}"
+            else:  # ``import a.b`` binds ``a``; ``import a.b as c`` binds ``c`` to ``a.b``
+                name = alias.evaluated_name
+                imported[_bound_by(alias)] = name if alias.evaluated_alias else name.split(".")[0]
+    used = all_names(module)
     if outside:
         bound = stored_names(module)
-        for name in used:
-            if name not in imported and name not in bound and name in outside:
-                imported[name] = outside[name]
+        for name, qualified in outside:
+            if name in used and name not in imported and name not in bound:
+                imported[name] = qualified
     return Aliases(imported, used)
 
 
@@ -469,15 +460,20 @@ def import_alias(module: cst.Module, qualified: str, alias: str) -> tuple[str, b
 
 
 def add_import(module: cst.Module, qualified: str, alias: str) -> cst.Module:
-    """`module` with ``import QUALIFIED as ALIAS`` after its leading imports."""
-    line = qualified if alias == qualified else f"{qualified} as {alias}"
-    statement = parse_stmt(f"import {line}\n")
-    body = list(module.body)
-    index = 0
-    while index < len(body) and _is_import_line(body[index]):
-        index += 1
-    body.insert(index, statement)
-    return module.with_changes(body=body)
+    """`module` with ``import QUALIFIED as ALIAS`` among its leading imports (libcst's
+    `AddImportsVisitor`: after a docstring and ``from __future__`` imports)."""
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(
+        context, qualified, asname=None if alias == qualified else alias
+    )
+    return _AddImports(context).transform_module(module)
+
+
+class _AddImports(AddImportsVisitor):
+    """`AddImportsVisitor` less the blank line it puts below the imports: the layout stays."""
+
+    def _insert_empty_line(self, statements):  # type: ignore[override]
+        return statements
 
 
 def ensure_import(module: cst.Module, qualified: str, alias: str) -> tuple[cst.Module, str] | None:
@@ -490,12 +486,6 @@ def ensure_import(module: cst.Module, qualified: str, alias: str) -> tuple[cst.M
         return None
     name, missing = found
     return (add_import(module, qualified, name) if missing else module), name
-
-
-def _is_import_line(statement: cst.CSTNode) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and all(
-        isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body
-    )
 
 
 # --- tree walking and editing ---------------------------------------------------------------
@@ -543,28 +533,8 @@ def single_small(statement: cst.CSTNode) -> cst.BaseSmallStatement | None:
     return smalls[0] if len(smalls) == 1 else None
 
 
-def statement_call(statement: cst.CSTNode) -> cst.Call | None:
-    """The call of a line that is only ``call(...)``, ``x = call(...)`` or ``x: T = call()``."""
-    small = single_small(statement)
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        return small.value
-    if isinstance(small, cst.Assign | cst.AnnAssign) and isinstance(small.value, cst.Call):
-        return small.value
-    return None
-
-
 def loop_body(loop: Loop) -> list[cst.BaseStatement]:
     return block_statements(loop.body)
-
-
-def with_block(node: cst.CSTNode, statements: list[cst.BaseStatement]) -> cst.CSTNode:
-    """`node` (a loop, def, if, with, ...) with its body replaced by `statements`."""
-    body = node.body
-    if not statements:
-        statements = [cst.SimpleStatementLine([cst.Pass()])]
-    if isinstance(body, cst.IndentedBlock):
-        return node.with_changes(body=body.with_changes(body=statements))
-    return node.with_changes(body=cst.IndentedBlock(body=statements))
 
 
 class _Replace(cst.CSTTransformer):
@@ -648,20 +618,6 @@ def enclosing_loops(cell: Cell, node: cst.CSTNode) -> list[Loop]:
     return loops
 
 
-def statement_of(cell: Cell, node: cst.CSTNode) -> cst.BaseStatement | None:
-    """The statement (simple line or compound) directly containing `node`."""
-    for candidate in [node, *cell.ancestors(node)]:
-        if isinstance(candidate, cst.SimpleStatementLine | cst.BaseCompoundStatement):
-            return candidate
-    return None
-
-
-def containing_block(cell: Cell, statement: cst.CSTNode) -> cst.CSTNode | None:
-    """The Module or IndentedBlock whose body lists `statement`."""
-    parent = cell.parent(statement)
-    return parent if isinstance(parent, cst.Module | cst.IndentedBlock) else None
-
-
 def loops_in(node: cst.CSTNode) -> list[Loop]:
     return [n for n in walk(node) if isinstance(n, cst.For | cst.While)]
 
@@ -682,10 +638,6 @@ def remove(edits: dict[cst.CSTNode, object], nodes: Iterable[cst.CSTNode]) -> No
         edits[node] = cst.RemovalSentinel.REMOVE
 
 
-def is_call_to(node: cst.CSTNode, names: Iterable[str]) -> bool:
-    return isinstance(node, cst.Call) and call_name(node) in set(names)
-
-
 def leading_comment(text: str) -> list[cst.EmptyLine]:
     """Comment lines (``# ...``) to put above a statement."""
     return [
@@ -694,45 +646,10 @@ def leading_comment(text: str) -> list[cst.EmptyLine]:
     ]
 
 
-def end_line(cell: Cell, node: cst.CSTNode) -> int:
-    """The last line of `node` in the given source."""
-    if cell._positions is None:
-        cell._resolve()
-    return cell._positions[node].end.line + cell.line_offset
-
-
-def loads_outside(cell: Cell, names: Iterable[str], node: cst.CSTNode) -> set[str]:
-    """Which of `names` are read somewhere in the cell outside the lines of `node`."""
-    wanted = set(names)
-    if not wanted:
-        return set()
-    first, last = cell.line(node) - cell.line_offset, end_line(cell, node) - cell.line_offset
-    found: set[str] = set()
-    for n in ast.walk(ast.parse(cell.body)):
-        if (
-            isinstance(n, ast.Name)
-            and isinstance(n.ctx, ast.Load)
-            and n.id in wanted
-            and not first <= n.lineno <= last
-        ):
-            found.add(n.id)
-    return found
-
-
 def loads_after(cell: Cell, names: Iterable[str], node: cst.CSTNode) -> set[str]:
     """Which of `names` are read in the cell on a line after `node` ends."""
-    wanted = set(names)
-    if not wanted:
-        return set()
-    last = end_line(cell, node) - cell.line_offset
-    return {
-        n.id
-        for n in ast.walk(ast.parse(cell.body))
-        if isinstance(n, ast.Name)
-        and isinstance(n.ctx, ast.Load)
-        and n.id in wanted
-        and n.lineno > last
-    }
+    wanted, last = set(names), cell.end_line(node)
+    return {n.value for n in cell.loads if n.value in wanted and cell.line(n) > last}
 
 
 def without(node: cst.CSTNode, statement: cst.CSTNode) -> cst.CSTNode:

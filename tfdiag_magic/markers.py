@@ -59,7 +59,6 @@ class step:  # noqa: N801 - used as a lowercase context manager, like contextlib
             rec.note_failure(exc, phase)
             return
         # The value is read later with the other losses (NaN if it is not a scalar). Whether
-        # a marked block ran eagerly is not known, so it is not claimed (eager=False).
+        # a marked block ran eagerly is not known, so it is not claimed (eager=False). A
+        # "train" step is a training step: `add_step` marks it as one.
         rec.add_step(phase, Kind.MARKER, self._start, end, self._wait, -1, False, self.loss)
-        if self.phase == "train":
-            rec.training_step_done(end)

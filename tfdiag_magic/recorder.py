@@ -67,6 +67,7 @@ _START = ROW_FIELDS.index("start")
 _WAIT = ROW_FIELDS.index("data_wait")
 _EAGER = ROW_FIELDS.index("eager")
 _HOST_BYTES = ROW_FIELDS.index("host_bytes")
+_TRAIN = int(Phase.TRAIN)
 _SUM = {name: i for i, name in enumerate(DROPPED_SUMS)}
 # The step table keeps its first FULL_ROWS rows as they came (29 MB of float64 rows); past them
 # the buffer holds at most TAIL_ROWS more before it is thinned, so a run of any length holds
@@ -116,6 +117,11 @@ class StepRows(NamedTuple):
     rows: np.ndarray  # (n, WIDTH) float64, ROW_FIELDS order, in the order they were recorded
     position: int  # rows recorded up to the last of them: the next call's `position`
     dropped: np.ndarray  # rows per phase recorded past `position` that the table left out
+
+    def column(self, name: str) -> np.ndarray:
+        """The field `name` of `ROW_FIELDS` ("start", "duration", "phase", ...) of each row,
+        as float64 (a view of `rows`): readers need not know the rows' layout."""
+        return self.rows[:, ROW_FIELDS.index(name)]
 
 
 class Recorder:
@@ -167,7 +173,7 @@ class Recorder:
         self.graph_calls = 0  # top-level graph calls since the last training step ended
         # Input waits from the cell's loops, waiting to be attributed to the next step.
         self.pending_wait = NAN
-        self._step_since_item = True  # no step since the last loop item (or since the start)
+        self._step_since_item = True  # a training step since the last loop item (or the start)
         self.anchor = self.t0  # when the work of the next eager step can have begun (absolute)
         self.open_loops: list[OpenLoop] = []
         self.loops: list[LoopInfo] = []
@@ -231,7 +237,11 @@ class Recorder:
     ) -> None:
         """Append one step (or `fused` steps sharing one host call) that ran from start to end.
 
-        This runs once per step: it reads no clock and touches nothing but the columns.
+        A step of phase ``train`` is a training step, and this is the one way to mark one: the
+        work of an eager optimizer step after it cannot begin earlier than its `end` (see
+        `anchor`), and the cell's loops start counting items towards the next one (see
+        `loop_advanced`). This runs once per step: it reads no clock and touches nothing but
+        the columns and those few fields.
         """
         if self.pending_host_bytes and kind != Kind.LOOP:
             host_bytes += self.pending_host_bytes
@@ -302,6 +312,10 @@ class Recorder:
                 )
         index = self.count + fused - 1
         self.count = index + 1
+        if phase == _TRAIN:  # a training step ended
+            self.anchor = end
+            self.graph_calls = 0
+            self._step_since_item = True
         if number != number and not missing and not isinstance(loss, float):
             # A device value: read it later, in a batch (a Python NaN is read already).
             self._loss_rows.append(index)
@@ -412,12 +426,6 @@ class Recorder:
         # Keras call unless the callback recorded more than the rows a thinning leaves.
         phase = int(self._rows[position * WIDTH + _PHASE])
         self._dropped[_SUM["callback_time"], phase] += seconds
-
-    def training_step_done(self, end: float) -> None:
-        """A training step ended: the work of an eager step after it cannot begin earlier."""
-        self.anchor = end
-        self.graph_calls = 0
-        self._step_since_item = True
 
     def loop_advanced(self, now: float, wait: float) -> None:
         """A loop of the cell got its next item after waiting `wait` seconds.
@@ -785,6 +793,7 @@ class Recorder:
         return Record(
             steps=steps,
             memory=memory,
+            traces=list(self.traces),
             loops=list(self.loops),
             warnings=list(self.warnings),
             warnings_dropped=self.warnings_dropped,
@@ -798,6 +807,15 @@ class Recorder:
             dropped=left_out,
             step_index=index,
         )
+
+    def release_user_objects(self) -> None:
+        """Drop the references to the user's objects (tf.functions, the running fit's
+        callbacks, loss values not read yet), once the record is built or given up on: a
+        result kept in the notebook must not keep them alive."""
+        self.functions.clear()
+        self.retired_functions.clear()
+        self.fit_callbacks = None
+        self._loss_rows, self._loss_values = [], []
 
     def _columns(self) -> dict[str, np.ndarray]:
         """The buffer as typed columns; the float64 buffer is released before they are

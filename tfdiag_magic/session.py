@@ -32,7 +32,7 @@ from .probes.keras_models import KerasModelProbe
 from .probes.logged_warnings import WarningsProbe
 from .probes.loops import LoopProbe
 from .probes.memory import MemoryProbe
-from .probes.nvml_sampler import NVMLSampler
+from .probes.nvml_probe import NVMLProbe
 from .probes.optimizer_updates import OptimizerProbe
 from .probes.tf_functions import TFFunctionProbe
 from .record import KINDS, Kind, LoopInfo, Record
@@ -69,7 +69,8 @@ class Session:
         self.loops = loops or []
         self.namespace = namespace
         self.result = ProfileResult(label=label)
-        self._probes: list[Probe] = []
+        self._probes: list[Probe] = []  # installed and not removed yet
+        self._finishers: list[Probe] = []  # the run's probes, in the order they were installed
         self._rec: Recorder | None = None
         self._partial_record: Record | None = None  # kept if building the record fails
 
@@ -97,25 +98,21 @@ class Session:
             gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
             self._facts = _environment_facts(tf, gpus)
             self._facts["namespace_modules"] = _namespace_modules(self.namespace)
-            self._function_probe = TFFunctionProbe()
-            self._keras_probe = KerasProbe()
-            self._gc_probe = GCProbe()
-            self._nvml = NVMLSampler(self.options.nvml_interval) if self.options.nvml else None
             probes: list[Probe] = [
                 MemoryProbe(gpus),
                 WarningsProbe(),
-                self._gc_probe,
-                self._function_probe,
+                GCProbe(),
+                TFFunctionProbe(),
                 OptimizerProbe(),
-                self._keras_probe,
+                KerasProbe(),
                 KerasModelProbe(),
                 DeviceConfigProbe(),
                 HostConversionProbe(),
+                NVMLProbe(self.options.nvml_interval if self.options.nvml else None),
             ]
-            if self._nvml is not None:
-                probes.append(self._nvml)
             if self.namespace is not None and self.loops:
                 probes.append(LoopProbe(self.namespace))
+            self._finishers = probes  # every probe writes its part of the record
             for probe in probes:
                 probe.install(rec)
                 self._probes.append(probe)
@@ -173,9 +170,12 @@ class Session:
                         active.release(rec)
         except BaseException as error:  # the Ctrl-C held off above, delivered now
             result.add_problem("probe removal", error)
-        record = self._stage("record", self._build_record, rec)
-        if record is None:
-            record = self._fallback_record(rec)
+        try:
+            record = self._stage("record", self._build_record, rec)
+            if record is None:
+                record = self._fallback_record(rec)
+        finally:
+            rec.release_user_objects()  # a result kept in the notebook keeps none of them
         result.record = record
         from .diagnose import diagnose
 
@@ -204,7 +204,6 @@ class Session:
         record.source = self.source
         if not record.facts:
             record.facts = dict(getattr(self, "_facts", {}))
-        rec.functions.clear()  # as _build_record does: no reference to the user's functions
         return record
 
     def _remove_probes(self) -> None:
@@ -223,20 +222,13 @@ class Session:
         self._partial_record = record  # what a failure below still leaves to report
         record.started_at = rec.t0_wall
         record.source = self.source
-        record.traces = list(rec.traces)
-        record.functions = self._function_probe.function_stats()
-        record.gc = self._gc_probe.table()
-        if self._nvml is not None:
-            record.nvml = self._nvml.table()
-        facts = dict(self._facts)
-        facts["nvml"] = self._nvml.status if self._nvml is not None else "off"
-        conversion = _conversion_cost(record)
-        if conversion is not None:
-            facts["host_conversion_s"] = conversion
-        record.facts = facts
+        record.facts = dict(self._facts)
+        # Each probe writes its own part (the function table, GC pauses, NVML samples, facts);
+        # one that fails is a line of the problems, and the others' parts are still kept.
+        for probe in self._finishers:
+            self._stage(f"record ({probe.name} probe)", probe.finish, record)
         _attribute_events(record)
         _spread_over_fused_groups(record, rec.fused_groups)
-        rec.functions.clear()  # drop the references to the user's tf.function objects
         return record
 
 
@@ -309,35 +301,6 @@ def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
         "gpu": _gpu_facts(tf),
         "threads": threading.active_count(),
     }
-
-
-CONVERSION_BUDGET = 0.1  # seconds the post-run timing of a batch's conversion may take
-
-
-def _conversion_cost(record: Record) -> float | None:
-    """Seconds to turn one typical NumPy batch of the run into a tensor, measured now.
-
-    Only when steps were fed NumPy arrays; a few milliseconds at most.
-    """
-    fed = record.steps["host_bytes"]
-    fed = fed[fed > 0]
-    if fed.size == 0:
-        return None
-    try:
-        import tensorflow as tf
-
-        array = np.ones(max(int(np.median(fed)) // 4, 1), dtype=np.float32)
-        tf.convert_to_tensor(array)  # the first conversion pays for set-up
-        times: list[float] = []
-        begun = perf_counter()
-        # Up to 5 repeats within CONVERSION_BUDGET: a huge batch is timed once, not 5 times.
-        while len(times) < 5 and (not times or perf_counter() - begun < CONVERSION_BUDGET):
-            start = perf_counter()
-            tf.convert_to_tensor(array).numpy()
-            times.append(perf_counter() - start)
-        return float(np.median(times))
-    except Exception:
-        return None
 
 
 def _policy_name(keras: Any) -> str | None:

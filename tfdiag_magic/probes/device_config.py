@@ -11,7 +11,7 @@ from __future__ import annotations
 from time import perf_counter
 from typing import Any
 
-from ..record import ConfigCall
+from ..record import ConfigCall, Record
 from ..recorder import Recorder
 from .patching import Patcher, wraps_exactly
 
@@ -49,6 +49,9 @@ class DeviceConfigProbe:
 
     def remove(self) -> None:
         self._patcher.restore()
+
+    def finish(self, record: Record) -> None:
+        """Nothing left to add: the refused settings are in the recorder's `config_calls`."""
 
 
 def _watch(rec: Recorder, original: Any, call: str) -> Any:

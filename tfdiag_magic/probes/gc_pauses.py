@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..record import Record
 from ..recorder import Recorder
 
 MAX_GC_EVENTS = 100_000  # 25 bytes each: 2.5 MB at most
@@ -68,6 +69,10 @@ class GCProbe:
             with contextlib.suppress(ValueError):
                 gc.callbacks.remove(self._callback)
             self._callback = None
+
+    def finish(self, record: Record) -> None:
+        """The pauses, as the record's GC table (`Record.gc`)."""
+        record.gc = self.table()
 
     def table(self) -> dict[str, np.ndarray]:
         return {

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
-from ..record import KerasCall, Kind, Phase
+from ..record import KerasCall, Kind, Phase, Record
 from ..recorder import Recorder, StepMark
 from .inputs import batch_size_of, data_kind, inspect_inputs
 from .patching import Patcher, defining_class, wraps_exactly
@@ -359,6 +359,9 @@ class KerasProbe:
                 self._meter, self._iterator = None, None
                 self._patcher.restore()
 
+    def finish(self, record: Record) -> None:
+        """Nothing left to add: the steps, calls and callback times are in the recorder's."""
+
     def _time_callbacks(self, rec: Recorder, callbacks: Any) -> None:
         """Time each callback of a CallbackList that has batch hooks of its own, by class."""
         from keras.src.callbacks.callback import Callback
@@ -517,7 +520,6 @@ class KerasProbe:
     def _on_batch(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         phase = Phase.of(phase_name)
         kind = Kind.ON_BATCH
-        is_train = phase_name == "train"
 
         def on_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
@@ -539,9 +541,7 @@ class KerasProbe:
             loss = _logs_loss(result) if phase_name != "predict" else None
             rec.add_step(
                 phase, kind, start, end, wait, -1, eager, loss, host_bytes=host, batch=batch
-            )
-            if is_train:
-                rec.training_step_done(end)
+            )  # a train batch is a training step: `add_step` marks it
             return result
 
         return wraps_exactly(on_batch, original)
@@ -606,9 +606,7 @@ class KerasProbe:
                 loss,
                 fused,
                 batch=rec.keras_batch,
-            )
-            if is_train:
-                rec.training_step_done(end)
+            )  # a train batch is a training step: `add_step` marks it
             row = rec.count - 1
             before = perf_counter()
             try:

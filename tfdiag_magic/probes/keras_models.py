@@ -5,16 +5,20 @@ constructor returns (a subclass calling ``super().__init__`` is still one model)
 memory after each build lets the diagnosis tell memory per model. Keras reads a constructor's
 parameters to build a model's config (`Operation.__new__`, `Model.from_config`), so the
 wrappers keep the original's signature exactly (`wraps_exactly`).
+
+A Sequential model builds a functional twin of itself (``Functional(inputs=..., outputs=...)``
+in `Sequential.build`, when it gets its input shape): that is no model of the cell. The name
+`Functional` in Keras' sequential module is replaced for the run by a `TwinFactory`, which
+makes the same model and tells the probe that what is constructed meanwhile is a twin.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from time import perf_counter
 from typing import Any
 
-from ..record import ModelBuilt
+from ..record import ModelBuilt, Record
 from ..recorder import Recorder
 from .patching import Patcher, defining_class, wraps_exactly
 
@@ -25,11 +29,16 @@ class KerasModelProbe:
     def __init__(self) -> None:
         self._patcher = Patcher()
         self._depth = 0
+        self._twins: TwinFactory | None = None
 
     def install(self, recorder: Recorder) -> None:
         import keras
+        from keras.src.models import sequential
         from keras.src.models.functional import Functional
 
+        if getattr(sequential, "Functional", None) is Functional:  # else twins count as models
+            self._twins = TwinFactory(Functional, recorder.thread_id)
+            self._patcher.replace(sequential, "Functional", self._twins)
         owners: list[type] = []
         for cls in (keras.Model, Functional):
             owner = defining_class(cls, "__init__")
@@ -40,6 +49,10 @@ class KerasModelProbe:
 
     def remove(self) -> None:
         self._patcher.restore()
+        self._twins = None
+
+    def finish(self, record: Record) -> None:
+        """Nothing left to add: the models built are in the recorder's `models`."""
 
     def _wrap(self, rec: Recorder, original: Any) -> Any:
         probe = self
@@ -54,7 +67,8 @@ class KerasModelProbe:
             # The functional twin a Sequential model builds of itself is no model of the
             # cell; it still counts as depth, so that the Model.__init__ it runs inside is
             # not taken for a model either.
-            internal = _sequential_internal(model)
+            twins = probe._twins
+            internal = twins is not None and twins.building > 0
             probe._depth += 1
             try:
                 original(model, *args, **kwargs)
@@ -75,13 +89,36 @@ class KerasModelProbe:
         return wraps_exactly(__init__, original)
 
 
-def _sequential_internal(model: Any) -> bool:
-    """A Sequential model builds a functional twin of itself: that is not a model of the cell.
+class TwinFactory:
+    """Stands for the class `Functional` in Keras' sequential module while a run lasts.
 
-    The Sequential model's own ``super().__init__()`` comes from the same module, and is the
-    cell's model: it is told apart by being a Sequential.
+    Called, it makes the model `Functional` makes, with `building` above 0 meanwhile (on the
+    run's thread), so the model probe knows the model being constructed is a Sequential's
+    twin. Read as a class (``isinstance``, an attribute), it answers as `Functional`.
     """
-    import keras
 
-    caller = sys._getframe(2).f_globals.get("__name__")
-    return caller == "keras.src.models.sequential" and not isinstance(model, keras.Sequential)
+    def __init__(self, functional: type, thread_id: int) -> None:
+        self.functional = functional
+        self.thread_id = thread_id
+        self.building = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        if threading.get_ident() != self.thread_id:
+            return self.functional(*args, **kwargs)
+        self.building += 1
+        try:
+            return self.functional(*args, **kwargs)
+        finally:
+            self.building -= 1
+
+    def __instancecheck__(self, instance: Any) -> bool:
+        return isinstance(instance, self.functional)
+
+    def __subclasscheck__(self, subclass: type) -> bool:
+        return issubclass(subclass, self.functional)
+
+    def __getattr__(self, name: str) -> Any:  # only for names the factory has not itself
+        if name == "functional":  # not set yet (a copy being made): no lookup loop
+            raise AttributeError(name)
+        return getattr(self.functional, name)

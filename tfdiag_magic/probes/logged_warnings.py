@@ -10,6 +10,7 @@ import logging
 import warnings
 from typing import Any
 
+from ..record import Record
 from ..recorder import Recorder
 
 LOGGERS = ("tensorflow", "keras", "absl")
@@ -74,3 +75,6 @@ class WarningsProbe:
             for name in LOGGERS:
                 logging.getLogger(name).removeHandler(self._handler)
             self._handler = None
+
+    def finish(self, record: Record) -> None:
+        """Nothing left to add: the warnings are in the recorder's."""

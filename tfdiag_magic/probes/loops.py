@@ -14,6 +14,7 @@ from time import perf_counter
 from typing import Any
 
 from ..instrument import RUNTIME_NAME
+from ..record import Record
 from ..recorder import OpenLoop, Recorder
 
 NAN = math.nan
@@ -102,6 +103,9 @@ class LoopProbe:
             self._builtins.pop(RUNTIME_NAME, None)
         else:
             self._builtins[RUNTIME_NAME] = self._saved
+
+    def finish(self, record: Record) -> None:
+        """Nothing left to add: the iterations are the recorder's loop rows and totals."""
 
 
 def _builtins_of(namespace: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 
+from ..record import Record
 from ..recorder import Recorder
 
 
@@ -140,3 +141,6 @@ class MemoryProbe:
         """Nothing is patched; the readers stay on the recorder for its last sample, taken by
         `Recorder.finish`, which then drops them."""
         self._rec = None
+
+    def finish(self, record: Record) -> None:
+        """Nothing left to add: the samples are the recorder's (`Record.memory`)."""

@@ -12,7 +12,7 @@ import threading
 from time import perf_counter
 from typing import Any
 
-from ..record import Kind, Phase
+from ..record import Kind, Phase, Record
 from ..recorder import Recorder
 from .patching import Patcher, defining_class, wraps_exactly
 
@@ -31,6 +31,9 @@ class OptimizerProbe:
 
     def remove(self) -> None:
         self._patcher.restore()
+
+    def finish(self, record: Record) -> None:
+        """Nothing left to add: the eager updates are the recorder's steps."""
 
     @staticmethod
     def _wrapper(rec: Recorder, original: Any) -> Any:
@@ -74,8 +77,7 @@ class OptimizerProbe:
             finally:
                 rec.optimizer_depth -= 1
             end = perf_counter()
-            rec.add_step(train, kind, start, end, wait, -1, rec.graph_calls == 0)
-            rec.training_step_done(end)
+            rec.add_step(train, kind, start, end, wait, -1, rec.graph_calls == 0)  # marks it
             return result
 
         return wraps_exactly(apply, original)

@@ -16,7 +16,7 @@ import weakref
 from time import perf_counter
 from typing import Any
 
-from ..record import FunctionStats, Kind, Phase, TraceEvent
+from ..record import FunctionStats, Kind, Phase, Record, TraceEvent
 from ..recorder import Recorder
 from .inputs import host_bytes, leading_dimension
 from .patching import Patcher, wraps_exactly
@@ -197,6 +197,10 @@ class TFFunctionProbe:
     def remove(self) -> None:
         self._patcher.restore()
 
+    def finish(self, record: Record) -> None:
+        """The function table (`Record.functions`); the tracings are the recorder's."""
+        record.functions = self.function_stats()
+
     def function_stats(self) -> list[FunctionStats]:
         """Per Python function: calls, tracings during the run, objects; read after the run."""
         rec = self._rec
@@ -289,11 +293,8 @@ class TFFunctionProbe:
             if location is _UNKNOWN:
                 location = entry.loss_at = loss_location(result)
             loss = None if location is None else loss_at(result, location)
-            if entry.updates:
+            if entry.updates:  # a training step (`add_step` marks it as one)
                 add_step(train, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
-                rec.anchor = end  # as Recorder.training_step_done, inline
-                rec.graph_calls = 0
-                rec._step_since_item = True
             else:
                 add_step(other, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
                 if not eager:

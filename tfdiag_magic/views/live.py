@@ -51,8 +51,6 @@ class LiveView:
     def __init__(self, interval: float = 0.5, tick: float = 1.0) -> None:
         import ipywidgets as w
 
-        from ..recorder import ROW_FIELDS, WIDTH
-
         self.interval = interval
         self.tick = tick
         self.enabled = True
@@ -60,10 +58,6 @@ class LiveView:
         self.ticks = 0  # redraws made by the ticker thread
         self.update_seconds = 0.0  # time spent redrawing, for the overhead benchmark
         self.error: str | None = None
-        self._width = WIDTH
-        self._duration = ROW_FIELDS.index("duration")
-        self._phase = ROW_FIELDS.index("phase")
-        self._start = ROW_FIELDS.index("start")
         self._next = 0.0
         self._last_draw = 0.0
         self._last_end: float | None = None  # when the last recorded step ended (after t0)
@@ -198,12 +192,11 @@ class LiveView:
         new = rec.rows_since(self._seen)
         self._seen = new.position
         self._counts += new.dropped
-        table = new.rows
-        if table.shape[0] == 0:
+        if new.rows.shape[0] == 0:
             return
-        phase = table[:, self._phase].astype(np.int64)
-        duration = table[:, self._duration]
-        last_end = float(np.nanmax(table[:, self._start] + duration))
+        phase = new.column("phase").astype(np.int64)
+        duration = new.column("duration")
+        last_end = float(np.nanmax(new.column("start") + duration))
         if self._last_end is None or last_end > self._last_end:
             self._last_end = last_end
         self._counts += np.bincount(phase, minlength=len(PHASES))[: len(PHASES)]

@@ -192,3 +192,10 @@ def test_the_model_probe_reads_no_frames():
     from tfdiag_magic.probes import keras_models
 
     assert "_getframe" not in inspect.getsource(keras_models)
+
+
+def test_the_record_names_the_package_version():
+    import tfdiag_magic
+    from tfdiag_magic.record import TOOL_VERSION
+
+    assert tfdiag_magic.__version__ == TOOL_VERSION

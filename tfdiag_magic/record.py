@@ -13,6 +13,10 @@ from typing import Any
 
 import numpy as np
 
+# The version of tfdiag_magic that writes records (``facts["tfdiag_magic"]``): the package's
+# ``__version__``, kept here so that the session, below the package's front, can read it.
+TOOL_VERSION = "0.1.0"
+
 
 class Phase(IntEnum):
     """Step phases, stored in the ``phase`` column. ``LOOP`` rows are iterations of the cell's own

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__, active
+from . import active
 from .probes import Probe
 from .probes.device_config import DeviceConfigProbe
 from .probes.gc_pauses import GCProbe
@@ -35,7 +35,7 @@ from .probes.memory import MemoryProbe
 from .probes.nvml_probe import NVMLProbe
 from .probes.optimizer_updates import OptimizerProbe
 from .probes.tf_functions import TFFunctionProbe
-from .record import KINDS, Kind, LoopInfo, Record
+from .record import KINDS, TOOL_VERSION, Kind, LoopInfo, Record
 from .recorder import Recorder
 from .result import ProfileResult
 from .tf_runtime import import_tensorflow, read_losses
@@ -287,7 +287,7 @@ def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
     except Exception:
         pass
     return {
-        "tfdiag_magic": __version__,
+        "tfdiag_magic": TOOL_VERSION,
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "keras_backend": keras.backend.backend(),

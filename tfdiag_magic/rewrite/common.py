@@ -63,9 +63,22 @@ class Cell:
         return self._metadata[ParentNodeProvider].get(node)
 
     @functools.cached_property
+    def scopes(self) -> set[Scope]:
+        """The cell's scopes, as libcst's `ScopeProvider` finds them."""
+        return _node_scopes(self.module)
+
+    @functools.cached_property
     def loads(self) -> list[cst.Name]:
-        """Every name the cell reads (libcst's scope analysis: attributes and keywords not)."""
-        return _loads(_node_scopes(self.module))
+        """Every name the cell reads (attributes and keywords are not names read)."""
+        return _loads(self.scopes)
+
+    def bindings(self, name: str) -> int:
+        """How many times the cell binds `name`, in any scope (parameters not counted)."""
+        return sum(
+            a.name == name and not isinstance(a.node, cst.Param)
+            for scope in self.scopes
+            for a in scope.assignments
+        )
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self.parent(node)

@@ -17,15 +17,18 @@ the whole array. Limits: ``range(0, n, bs)`` needs ``n`` to be the length of a s
 else in the loop that uses the slice offset, the slices before conversion or the permutation
 makes the rewrite give up (None). ``from_tensor_slices`` holds the arrays in memory as the
 loop did; for arrays of several GB a generator or files are the better source.
+
+`_analyse` reads the cell into a `_Plan` (nothing is edited); `_apply` writes the plan.
 """
 
 from __future__ import annotations
 
-import ast
 import itertools
+import operator
 from dataclasses import dataclass, field
 
 import libcst as cst
+import libcst.matchers as m
 
 from .common import (
     Aliases,
@@ -34,7 +37,6 @@ from .common import (
     aliases,
     code_of,
     dotted,
-    expr_ast,
     fresh_name,
     import_alias,
     insert_before,
@@ -44,12 +46,10 @@ from .common import (
     loop_body,
     parse_expr,
     parse_stmt,
-    positional_args,
     remove,
     replace,
     rewrite_cell,
     stored_names,
-    walk,
 )
 
 _CONVERSIONS = {
@@ -59,6 +59,28 @@ _CONVERSIONS = {
     "numpy.asarray",
     "numpy.array",
 }
+
+_RANGE_FOR = m.For(target=m.Name(), iter=m.Call(func=m.Name("range")), orelse=None)
+# ``array[lo:up]`` or ``array[perm[lo:up]]``
+_SLICED = m.Subscript(
+    value=m.SaveMatchedNode(m.Name() | m.Attribute(), "array"),
+    slice=[
+        m.SubscriptElement(
+            m.SaveMatchedNode(m.Slice(), "bound")
+            | m.Index(
+                m.Subscript(
+                    value=m.SaveMatchedNode(m.Name(), "perm"),
+                    slice=[m.SubscriptElement(m.SaveMatchedNode(m.Slice(), "bound"))],
+                )
+            )
+        )
+    ],
+)
+_ASTYPE = m.Call(func=m.Attribute(attr=m.Name("astype")))
+_FIRST_POSITIONAL = m.Call(args=[m.Arg(keyword=None, star=""), m.ZeroOrMore()])
+_TRAIN_ON_BATCH = m.Call(func=m.Attribute(attr=m.Name("train_on_batch")))
+_ONE_NAME = [m.AssignTarget(m.Name())]
+_ARITHMETIC = {cst.Add: operator.add, cst.Subtract: operator.sub, cst.Multiply: operator.mul}
 
 
 def numpy_batches_to_dataset(source: str, *, loop_lineno: int | None = None) -> str | None:
@@ -70,6 +92,9 @@ def numpy_batches_to_dataset(source: str, *, loop_lineno: int | None = None) -> 
     return rewrite_cell(source, lambda cell: _rewrite(cell, loop_lineno))
 
 
+# --- the plan ------------------------------------------------------------------------------------
+
+
 @dataclass
 class _Element:
     """One sliced array: ``target = array[lo:up]`` (or ``array[perm[lo:up]]``)."""
@@ -77,11 +102,46 @@ class _Element:
     target: str
     array: cst.BaseExpression
     perm: str | None
+    bound: cst.Slice
     small: cst.CSTNode
     conversion: cst.Call | None = None  # ``xb = tf.constant(x[i:i + bs])``
     final: str = ""  # the name the batch ends in after conversions
     source: cst.BaseExpression | None = None  # whole-array expression for from_tensor_slices
     shuffled: bool = False
+
+
+@dataclass
+class _Helper:
+    """``start = i * bs``: a name the slice bounds are computed through."""
+
+    name: str
+    value: cst.BaseExpression
+
+
+@dataclass
+class _Conversion:
+    """``xb = tf.constant(xb)``: a conversion of the batch `of`, bound to `target`."""
+
+    small: cst.Assign
+    target: str
+    of: str
+
+
+@dataclass
+class _Fit:
+    """The loops become ``outer`` -> ``model.fit(dataset, epochs=epochs)``."""
+
+    outer: cst.For
+    call: cst.Call  # the train_on_batch call
+    epochs: cst.BaseExpression | None
+
+
+@dataclass
+class _Shuffles:
+    perms: set[str] = field(default_factory=set)  # index arrays permuted anew every epoch
+    permuted: dict[str, cst.BaseExpression] = field(default_factory=dict)  # shuffled -> source
+    removed: set[int] = field(default_factory=set)  # small statements that only shuffle
+    other_stores: set[str] = field(default_factory=set)  # names the epoch body binds otherwise
 
 
 @dataclass
@@ -97,6 +157,7 @@ class _Plan:
     enumerate_index: bool = False
     # Call arguments ``conv(batch)`` whose conversion moved onto the source: arg -> batch name.
     inline_conversions: list[tuple[cst.Arg, str]] = field(default_factory=list)
+    fit: _Fit | None = None
 
 
 def _rewrite(cell: Cell, loop_lineno: int | None) -> cst.Module | None:
@@ -104,72 +165,51 @@ def _rewrite(cell: Cell, loop_lineno: int | None) -> cst.Module | None:
     for loop in _candidates(cell, loop_lineno):
         plan = _analyse(cell, names, loop)
         if plan is not None:
-            return _apply(cell, names, plan)
+            return _apply(cell, plan)
     return None
-
-
-def _is_range_for(node: cst.CSTNode) -> bool:
-    return (
-        isinstance(node, cst.For)
-        and isinstance(node.target, cst.Name)
-        and isinstance(node.iter, cst.Call)
-        and isinstance(node.iter.func, cst.Name)
-        and node.iter.func.value == "range"
-        and node.orelse is None
-    )
 
 
 def _candidates(cell: Cell, loop_lineno: int | None) -> list[cst.For]:
     if loop_lineno is None:
-        return [n for n in _all_fors(cell.module) if _is_range_for(n)]
+        return m.findall(cell.module, _RANGE_FOR)
     loop = loop_at_line(cell, loop_lineno)
     if loop is None:
         return []
-    found = [loop] if _is_range_for(loop) else []
-    found += [s for s in loop_body(loop) if _is_range_for(s)]
-    return found
-
-
-def _all_fors(module: cst.Module) -> list[cst.For]:
-    return [n for n in walk(module) if isinstance(n, cst.For)]
+    return [s for s in [loop, *loop_body(loop)] if m.matches(s, _RANGE_FOR)]
 
 
 # --- integer arithmetic on the slice bounds ------------------------------------------------------
 
 
-def _eval(node: ast.expr, env: dict[str, int], helpers: dict[str, ast.expr], bs: str) -> int:
+def _eval(node: cst.BaseExpression, env: dict[str, int], helpers: dict, bs: cst.CSTNode) -> int:
     """Evaluate a bound for given offset and batch size; ValueError when not plain arithmetic."""
-    if bs and ast.dump(node) == bs:
+    if node.deep_equals(bs):
         return env["__bs"]
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id in env:
-            return env[node.id]
-        if node.id in helpers:
-            return _eval(helpers[node.id], env, helpers, bs)
-        raise ValueError(node.id)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval(node.operand, env, helpers, bs)
-    if isinstance(node, ast.BinOp):
-        left = _eval(node.left, env, helpers, bs)
-        right = _eval(node.right, env, helpers, bs)
-        if isinstance(node.op, ast.Add):
-            return left + right
-        if isinstance(node.op, ast.Sub):
-            return left - right
-        if isinstance(node.op, ast.Mult):
-            return left * right
-    raise ValueError(ast.dump(node))
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    if isinstance(node, cst.Name):
+        if node.value in env:
+            return env[node.value]
+        if node.value in helpers:
+            return _eval(helpers[node.value], env, helpers, bs)
+    if m.matches(node, m.UnaryOperation(operator=m.Minus())):
+        return -_eval(node.expression, env, helpers, bs)
+    if isinstance(node, cst.BinaryOperation) and type(node.operator) in _ARITHMETIC:
+        left, right = _eval(node.left, env, helpers, bs), _eval(node.right, env, helpers, bs)
+        return _ARITHMETIC[type(node.operator)](left, right)
+    raise ValueError(code_of(node))
 
 
 def _bounds_match(
-    lo: ast.expr, up: ast.expr, index: str, helpers: dict[str, ast.expr], bs: str, steps: bool
+    bound: cst.Slice, index: str, helpers: dict, bs: cst.CSTNode, steps: bool
 ) -> bool:
+    """Whether ``lo:up`` is the batch of offset `index` (``range(steps)``: of step `index`)."""
+    if bound.step is not None or bound.lower is None or bound.upper is None:
+        return False
     for i, size in itertools.product((0, 1, 3, 7), (2, 5, 16)):
         env = {index: i, "__bs": size}
         try:
-            low, high = _eval(lo, env, helpers, bs), _eval(up, env, helpers, bs)
+            low, high = (_eval(b, env, helpers, bs) for b in (bound.lower, bound.upper))
         except (ValueError, KeyError):
             return False
         start = i * size if steps else i
@@ -178,56 +218,35 @@ def _bounds_match(
     return True
 
 
-def _factor_of_index(node: ast.expr, index: str, helpers: dict[str, ast.expr]) -> ast.expr | None:
+def _factor_of_index(node: cst.CSTNode, index: str, helpers: dict) -> cst.BaseExpression | None:
     """``bs`` in a lower bound ``index * bs`` (directly or through a helper name)."""
-    if isinstance(node, ast.Name) and node.id in helpers:
-        return _factor_of_index(helpers[node.id], index, helpers)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        if isinstance(node.left, ast.Name) and node.left.id == index:
-            return node.right
-        if isinstance(node.right, ast.Name) and node.right.id == index:
-            return node.left
+    if isinstance(node, cst.Name) and node.value in helpers:
+        return _factor_of_index(helpers[node.value], index, helpers)
+    if m.matches(node, m.BinaryOperation(left=m.Name(index), operator=m.Multiply())):
+        return node.right
+    if m.matches(node, m.BinaryOperation(right=m.Name(index), operator=m.Multiply())):
+        return node.left
     return None
+
+
+def _is_arithmetic(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.BinaryOperation):
+        return _is_arithmetic(node.left) and _is_arithmetic(node.right)
+    if isinstance(node, cst.UnaryOperation):
+        return _is_arithmetic(node.expression)
+    return isinstance(node, cst.Name | cst.Integer | cst.Float)
 
 
 # --- analysis ------------------------------------------------------------------------------------
 
 
-def _slice_parts(
-    value: cst.BaseExpression,
-) -> tuple[cst.BaseExpression, str | None, cst.Slice] | None:
-    """(array, perm name, slice) of ``array[lo:up]`` or ``array[perm[lo:up]]``."""
-    if not isinstance(value, cst.Subscript) or len(value.slice) != 1:
-        return None
-    if not isinstance(value.value, cst.Name | cst.Attribute):
-        return None
-    inner = value.slice[0].slice
-    if isinstance(inner, cst.Slice):
-        return value.value, None, inner
-    if (
-        isinstance(inner, cst.Index)
-        and isinstance(inner.value, cst.Subscript)
-        and isinstance(inner.value.value, cst.Name)
-        and len(inner.value.slice) == 1
-        and isinstance(inner.value.slice[0].slice, cst.Slice)
-    ):
-        return value.value, inner.value.value.value, inner.value.slice[0].slice
-    return None
-
-
 def _converted(names: Aliases, value: cst.CSTNode) -> cst.BaseExpression | None:
     """What `value` converts, when it is a conversion (``tf.constant(v)``, ``v.astype(...)``)."""
-    if not isinstance(value, cst.Call):
-        return None
-    func = value.func
-    if isinstance(func, cst.Attribute) and func.attr.value == "astype":
-        return func.value
-    if names.qualify(dotted(func)) not in _CONVERSIONS:
-        return None
-    args = positional_args(value)
-    if not args or args[0] is not value.args[0]:
-        return None
-    return args[0].value
+    if m.matches(value, _ASTYPE):
+        return value.func.value
+    if m.matches(value, _FIRST_POSITIONAL) and names.qualify(dotted(value.func)) in _CONVERSIONS:
+        return value.args[0].value
+    return None
 
 
 def _conversion_of(names: Aliases, value: cst.CSTNode) -> str | None:
@@ -238,107 +257,110 @@ def _conversion_of(names: Aliases, value: cst.CSTNode) -> str | None:
 
 def _convert_source(conversion: cst.Call, source: cst.BaseExpression) -> cst.Call:
     """The same conversion applied to the whole array instead of one batch."""
-    func = conversion.func
-    if isinstance(func, cst.Attribute) and func.attr.value == "astype":
-        return conversion.with_changes(func=func.with_changes(value=_parenthesised(source)))
+    if m.matches(conversion, _ASTYPE):
+        if not m.matches(source, m.Name() | m.Attribute() | m.Call() | m.Subscript()):
+            source = source.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return conversion.with_changes(func=conversion.func.with_changes(value=source))
     first = conversion.args[0].with_changes(value=source)
     return conversion.with_changes(args=[first, *conversion.args[1:]])
 
 
-def _parenthesised(expr: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(expr, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
-        return expr
-    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+def _classify(
+    names: Aliases, small: cst.CSTNode, index: str, helpers: dict
+) -> list[_Element] | _Helper | _Conversion | None:
+    """What a small statement of the batch loop is: slices, a bound helper, a conversion."""
+    if not m.matches(small, m.Assign(targets=[m.AssignTarget()])):
+        return None
+    target, value = small.targets[0].target, small.value
+    if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple):
+        pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=False)]
+        if len(target.elements) != len(value.elements):
+            return None
+    elif isinstance(target, cst.Name):
+        pairs = [(target, value)]
+        converted = _converted(names, value)
+        if converted is not None and m.extract(converted, _SLICED):
+            return [_element(target.value, converted, small, conversion=value)]
+        of = _conversion_of(names, value)
+        if of is not None:
+            return _Conversion(small, target.value, of)
+        used = {n.value for n in m.findall(value, m.Name())}
+        if not m.extract(value, _SLICED):
+            if _is_arithmetic(value) and (index in used or used & set(helpers)):
+                return _Helper(target.value, value)
+            return None
+    else:
+        return None
+    if not all(isinstance(t, cst.Name) and m.extract(v, _SLICED) for t, v in pairs):
+        return None
+    return [_element(t.value, v, small) for t, v in pairs]
 
 
-def _length_of(cell: Cell, expr: ast.expr, arrays: set[str], depth: int = 0) -> bool:
+def _element(target: str, value: cst.BaseExpression, small: cst.CSTNode, **kw) -> _Element:
+    parts = m.extract(value, _SLICED)
+    return _Element(target, parts["array"], _perm(parts), parts["bound"], small, **kw)
+
+
+def _perm(parts: dict) -> str | None:
+    return parts["perm"].value if "perm" in parts else None
+
+
+def _length_of(cell: Cell, expr: cst.CSTNode, arrays: set[str], depth: int = 0) -> bool:
     """Whether `expr` is the length of one of `arrays`: ``len(x)``, ``x.shape[0]``, a name."""
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "len":
-        return len(expr.args) == 1 and ast.unparse(expr.args[0]) in arrays
-    if (
-        isinstance(expr, ast.Subscript)
-        and isinstance(expr.value, ast.Attribute)
-        and expr.value.attr == "shape"
-        and isinstance(expr.slice, ast.Constant)
-        and expr.slice.value == 0
-    ):
-        return ast.unparse(expr.value.value) in arrays
-    if isinstance(expr, ast.Name) and depth == 0:
-        value = _single_assignment(cell, expr.id)
+    if m.matches(expr, m.Call(func=m.Name("len"), args=[m.Arg()])):
+        return code_of(expr.args[0].value) in arrays
+    shape0 = m.Subscript(
+        value=m.Attribute(attr=m.Name("shape")), slice=[m.SubscriptElement(m.Index(m.Integer("0")))]
+    )
+    if m.matches(expr, shape0):
+        return code_of(expr.value.value) in arrays
+    if isinstance(expr, cst.Name) and depth == 0:
+        value = _single_assignment(cell, expr.value)
         return value is not None and _length_of(cell, value, arrays, depth + 1)
     return False
 
 
-def _single_assignment(cell: Cell, name: str) -> ast.expr | None:
+def _single_assignment(cell: Cell, name: str) -> cst.BaseExpression | None:
     """The value of `name` when the cell binds it exactly once, by a plain assignment."""
-    tree = ast.parse(cell.body)
-    values = [
-        n.value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Assign)
-        and len(n.targets) == 1
-        and isinstance(n.targets[0], ast.Name)
-        and n.targets[0].id == name
-    ]
-    stores = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id == name
-    ]
-    return values[0] if len(values) == 1 and len(stores) == 1 else None
+    values = m.findall(cell.module, m.Assign(targets=[m.AssignTarget(m.Name(name))]))
+    return values[0].value if len(values) == 1 and cell.bindings(name) == 1 else None
 
 
-def _steps_kind(cell: Cell, steps: ast.expr, bs: str, arrays: set[str]) -> str:
+def _steps_kind(cell: Cell, steps: cst.CSTNode, bs: cst.CSTNode, arrays: set[str]) -> str:
     """'floor' for ``len(x) // bs``, 'ceil' for its rounded-up forms, else 'other'."""
-
-    def is_bs(node: ast.expr) -> bool:
-        return ast.dump(node) == bs
-
-    if isinstance(steps, ast.Name):
-        value = _single_assignment(cell, steps.id)
+    is_bs = m.MatchIfTrue(bs.deep_equals)
+    if isinstance(steps, cst.Name):
+        value = _single_assignment(cell, steps.value)
         return "other" if value is None else _steps_kind(cell, value, bs, arrays)
-    if isinstance(steps, ast.BinOp) and isinstance(steps.op, ast.FloorDiv) and is_bs(steps.right):
-        left = steps.left
-        if _length_of(cell, left, arrays):
+    if m.matches(steps, m.BinaryOperation(operator=m.FloorDivide(), right=is_bs)):
+        if _length_of(cell, steps.left, arrays):
             return "floor"
         # (n + bs - 1) // bs
-        if (
-            isinstance(left, ast.BinOp)
-            and isinstance(left.op, ast.Sub)
-            and isinstance(left.right, ast.Constant)
-            and left.right.value == 1
-            and isinstance(left.left, ast.BinOp)
-            and isinstance(left.left.op, ast.Add)
-            and is_bs(left.left.right)
-            and _length_of(cell, left.left.left, arrays)
-        ):
+        minus_one = m.BinaryOperation(
+            left=m.BinaryOperation(operator=m.Add(), right=is_bs),
+            operator=m.Subtract(),
+            right=m.Integer("1"),
+        )
+        if m.matches(steps.left, minus_one) and _length_of(cell, steps.left.left.left, arrays):
             return "ceil"
     # math.ceil(n / bs), int(np.ceil(n / bs))
-    node = steps
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int":
-        node = node.args[0] if len(node.args) == 1 else node
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "ceil"
-        and len(node.args) == 1
-        and isinstance(node.args[0], ast.BinOp)
-        and isinstance(node.args[0].op, ast.Div)
-        and is_bs(node.args[0].right)
-        and _length_of(cell, node.args[0].left, arrays)
-    ):
+    if m.matches(steps, m.Call(func=m.Name("int"), args=[m.Arg()])):
+        steps = steps.args[0].value
+    ceil = m.Call(
+        func=m.Attribute(attr=m.Name("ceil")),
+        args=[m.Arg(m.BinaryOperation(operator=m.Divide(), right=is_bs))],
+    )
+    if m.matches(steps, ceil) and _length_of(cell, steps.args[0].value.left, arrays):
         return "ceil"
     return "other"
 
 
 def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
     index = loop.target.value
-    range_args = positional_args(loop.iter)
-    if len(range_args) != len(loop.iter.args):
+    range_args = [a.value for a in loop.iter.args]
+    if any(a.keyword is not None or a.star for a in loop.iter.args):
         return None
-    if len(range_args) == 3:
-        if not (isinstance(range_args[0].value, cst.Integer) and range_args[0].value.value == "0"):
-            return None
+    if len(range_args) == 3 and m.matches(range_args[0], m.Integer("0")):
         steps_mode = False
     elif len(range_args) == 1:
         steps_mode = True
@@ -346,56 +368,38 @@ def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
         return None
 
     # Classify the loop body's small statements.
-    helpers: dict[str, ast.expr] = {}
-    helper_smalls: set[int] = set()
+    helpers: dict[str, cst.BaseExpression] = {}
     elements: list[_Element] = []
-    bounds: list[tuple[cst.Slice, _Element]] = []
-    conversions: list[tuple[cst.CSTNode, str, str, cst.Call]] = []  # small, target, of, call
+    conversions: list[_Conversion] = []
     others: list[cst.CSTNode] = []
+    removed: set[int] = set()
     for statement in loop_body(loop):
-        if not isinstance(statement, cst.SimpleStatementLine):
-            others.append(statement)
-            continue
-        for small in statement.body:
-            kind = _classify(names, small, index, helpers)
-            if kind is None:
-                others.append(small)
-            elif kind[0] == "helper":
-                helpers[kind[1]] = expr_ast(small.value)
-                helper_smalls.add(id(small))
-            elif kind[0] == "slices":
-                for target, value, conversion in kind[1]:
-                    array, perm, bound = _slice_parts(value)
-                    element = _Element(target, array, perm, small, conversion=conversion)
-                    elements.append(element)
-                    bounds.append((bound, element))
-            elif kind[0] == "conversion":
-                conversions.append((small, kind[1], kind[2], small.value))
-    if not elements:
-        return None
+        smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
+        for small in smalls:
+            match _classify(names, small, index, helpers):
+                case None:
+                    others.append(small)
+                case _Helper(name=name, value=value):
+                    helpers[name] = value
+                    removed.add(id(small))
+                case _Conversion() as conversion:
+                    conversions.append(conversion)
+                case list() as sliced:
+                    elements += sliced
     targets = [e.target for e in elements]
-    if len(set(targets)) != len(targets):
+    if not elements or len(set(targets)) != len(targets):
         return None
 
     # Batch size and slice bounds.
-    first_bound = bounds[0][0]
-    if first_bound.step is not None or first_bound.lower is None or first_bound.upper is None:
-        return None
     if steps_mode:
-        factor = _factor_of_index(expr_ast(first_bound.lower), index, helpers)
-        if factor is None:
+        lower = elements[0].bound.lower
+        batch_size = _factor_of_index(lower, index, helpers) if lower is not None else None
+        if batch_size is None:
             return None
-        batch_size = parse_expr(ast.unparse(factor))
     else:
-        batch_size = range_args[2].value
-    bs_dump = ast.dump(expr_ast(batch_size))
-    for bound, _ in bounds:
-        if bound.step is not None or bound.lower is None or bound.upper is None:
-            return None
-        if not _bounds_match(
-            expr_ast(bound.lower), expr_ast(bound.upper), index, helpers, bs_dump, steps_mode
-        ):
-            return None
+        batch_size = range_args[2]
+    if not all(_bounds_match(e.bound, index, helpers, batch_size, steps_mode) for e in elements):
+        return None
 
     # Where the batches come from: an epoch loop around may shuffle them.
     epoch = _epoch_loop(cell, loop)
@@ -424,53 +428,46 @@ def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
     # Batch count.
     drop_remainder, take = False, None
     if steps_mode:
-        kind = _steps_kind(cell, expr_ast(range_args[0].value), bs_dump, arrays)
+        kind = _steps_kind(cell, range_args[0], batch_size, arrays)
         drop_remainder = kind == "floor"
-        take = range_args[0].value if kind == "other" else None
-    elif not _length_of(cell, expr_ast(range_args[1].value), arrays):
+        take = range_args[0] if kind == "other" else None
+    elif not _length_of(cell, range_args[1], arrays):
         return None
 
     # Conversions of a batch move onto the whole array.
     by_target = {e.target: e for e in elements}
-    removed = {id(e.small) for e in elements} | helper_smalls
+    removed |= {id(e.small) for e in elements}
     for element in elements:
         element.final = element.target
-    for small, target, of, call in conversions:
-        element = by_target.get(of)
-        if element is None or element.final != of:
-            others.append(small)
+    for conversion in conversions:
+        element = by_target.get(conversion.of)
+        if element is None or element.final != conversion.of:
+            others.append(conversion.small)
             continue
-        element.source = _convert_source(call, element.source)
-        element.final = target
-        removed.add(id(small))
-        if target != of:
-            by_target[target] = element
+        element.source = _convert_source(conversion.small.value, element.source)
+        element.final = conversion.target
+        removed.add(id(conversion.small))
+        by_target[conversion.target] = element
 
     # What stays in the loop must not need what the rewrite takes away.
     gone = set(helpers) | {e.target for e in elements if e.final != e.target}
     gone |= {e.perm for e in elements if e.perm}
-    kept_loads: set[str] = set()
-    kept_stores: set[str] = set()
-    for node in others:
-        kept_loads |= loaded_names(_statement(node))
-        kept_stores |= stored_names(_statement(node))
+    kept_loads = set().union(*(loaded_names(node) for node in others))
+    kept_stores = set().union(*(stored_names(node) for node in others))
     if not others or kept_loads & gone:
         return None
     enumerate_index = index in kept_loads
     if enumerate_index and not steps_mode:
         return None
-    sources_use = set()
-    for element in elements:
-        sources_use |= loaded_names(element.source)
-    sources_use |= loaded_names(batch_size)
-    if take is not None:
-        sources_use |= loaded_names(take)
-    if sources_use & (kept_stores | {index} | {e.final for e in elements}):
+    finals = {e.final for e in elements}
+    read = [e.source for e in elements] + [batch_size] + ([take] if take is not None else [])
+    sources_use = set().union(*(loaded_names(node) for node in read))
+    if sources_use & (kept_stores | {index} | finals):
         return None
     if epoch is not None and sources_use & shuffle.other_stores:
         return None
     # Names the old loop left bound and that the cell reads afterwards.
-    if loads_after(cell, gone | {e.target for e in elements}, loop) - {e.final for e in elements}:
+    if loads_after(cell, gone | set(targets), loop) - finals:
         return None
 
     plan = _Plan(
@@ -485,86 +482,23 @@ def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
         enumerate_index=enumerate_index,
     )
     plan.inline_conversions = _inline_conversions(names, others, elements)
+    plan.fit = _fit_form(cell, plan)
     return plan
-
-
-def _statement(node: cst.CSTNode) -> cst.CSTNode:
-    if isinstance(node, cst.BaseSmallStatement):
-        return cst.SimpleStatementLine(
-            body=[node.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]
-        )
-    return node
-
-
-def _classify(names: Aliases, small: cst.CSTNode, index: str, helpers: dict[str, ast.expr]):
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
-        return None
-    target = small.targets[0].target
-    value = small.value
-    if isinstance(target, cst.Name):
-        if _slice_parts(value) is not None:
-            return "slices", [(target.value, value, None)]
-        converted = _converted(names, value)
-        if converted is not None and _slice_parts(converted) is not None:
-            return "slices", [(target.value, converted, value)]
-        of = _conversion_of(names, value)
-        if of is not None:
-            return "conversion", target.value, of
-        used = loaded_names(value)
-        if index in used or used & set(helpers):
-            try:
-                ast_value = expr_ast(value)
-            except SyntaxError:
-                return None
-            if all(
-                isinstance(
-                    n,
-                    ast.BinOp
-                    | ast.Name
-                    | ast.Constant
-                    | ast.UnaryOp
-                    | ast.operator
-                    | ast.unaryop
-                    | ast.Load,
-                )
-                for n in ast.walk(ast_value)
-            ):
-                return "helper", target.value
-        return None
-    if (
-        isinstance(target, cst.Tuple)
-        and isinstance(value, cst.Tuple)
-        and len(target.elements) == len(value.elements)
-        and all(isinstance(t.value, cst.Name) for t in target.elements)
-        and all(_slice_parts(v.value) is not None for v in value.elements)
-    ):
-        return "slices", [
-            (t.value.value, v.value, None)
-            for t, v in zip(target.elements, value.elements, strict=True)
-        ]
-    return None
 
 
 def _epoch_loop(cell: Cell, loop: cst.For) -> cst.For | None:
     block = cell.parent(loop)
     owner = cell.parent(block) if block is not None else None
-    if isinstance(owner, cst.For) and owner.body is block and owner.orelse is None:
+    if isinstance(owner, cst.For) and owner.orelse is None and owner.body is block:
         return owner
     return None
-
-
-@dataclass
-class _Shuffles:
-    perms: set[str] = field(default_factory=set)  # index arrays permuted anew every epoch
-    permuted: dict[str, cst.BaseExpression] = field(default_factory=dict)  # shuffled -> source
-    removed: set[int] = field(default_factory=set)  # small statements that only shuffle
-    other_stores: set[str] = field(default_factory=set)  # names the epoch body binds otherwise
 
 
 def _shuffles(cell: Cell, epoch: cst.For, inner: cst.For) -> _Shuffles | None:
     """The per-epoch shuffling statements before `inner` in `epoch`'s body."""
     found = _Shuffles()
     before = True
+    kept: list[cst.CSTNode] = []
     for statement in loop_body(epoch):
         if statement is inner:
             before = False
@@ -574,87 +508,59 @@ def _shuffles(cell: Cell, epoch: cst.For, inner: cst.For) -> _Shuffles | None:
             if before and _shuffle_statement(small, found):
                 found.removed.add(id(small))
             else:
-                found.other_stores |= stored_names(_statement(small))
+                kept.append(small)
+    found.other_stores = set().union(*(stored_names(small) for small in kept))
     found.other_stores.add(epoch.target.value if isinstance(epoch.target, cst.Name) else "")
-    shuffle_names = set(found.perms) | set(found.permuted)
     # Removing the shuffles is safe only when nothing else reads what they made.
-    remaining_loads: set[str] = set()
-    for statement in loop_body(epoch):
-        if statement is inner:
-            continue
-        smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
-        for small in smalls:
-            if id(small) not in found.removed:
-                remaining_loads |= loaded_names(_statement(small))
-    if remaining_loads & shuffle_names:
+    if any(loaded_names(small) & (found.perms | set(found.permuted)) for small in kept):
         return None
-    if loads_after(
-        cell, set(found.perms) | {k for k, v in found.permuted.items() if k != code_of(v)}, epoch
-    ):
+    made = found.perms | {k for k, v in found.permuted.items() if k != code_of(v)}
+    if loads_after(cell, made, epoch):
         return None
     return found
 
 
 def _shuffle_statement(small: cst.CSTNode, found: _Shuffles) -> bool:
+    shuffle = m.Name("shuffle") | m.Attribute(attr=m.Name("shuffle"))
     # np.random.shuffle(perm) / rng.shuffle(perm)
-    if (
-        isinstance(small, cst.Expr)
-        and isinstance(small.value, cst.Call)
-        and isinstance(small.value.func, cst.Attribute)
-        and small.value.func.attr.value == "shuffle"
-        and len(small.value.args) == 1
-        and isinstance(small.value.args[0].value, cst.Name)
-    ):
-        found.perms.add(small.value.args[0].value.value)
-        return True
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+    if m.matches(small, m.Expr(m.Call(func=m.Attribute(attr=m.Name("shuffle")), args=[m.Arg()]))):
+        if isinstance(small.value.args[0].value, cst.Name):
+            found.perms.add(small.value.args[0].value.value)
+            return True
+        return False
+    if not m.matches(small, m.Assign(targets=[m.AssignTarget()])):
         return False
     target, value = small.targets[0].target, small.value
     # perm = np.random.permutation(n) / rng.permutation(n)
-    if (
-        isinstance(target, cst.Name)
-        and isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value == "permutation"
-    ):
+    if m.matches(small, m.Assign(_ONE_NAME, m.Call(m.Attribute(attr=m.Name("permutation"))))):
         found.perms.add(target.value)
         return True
     # x, y = shuffle(x, y)   (sklearn.utils.shuffle and the like)
-    if (
-        isinstance(target, cst.Tuple)
-        and isinstance(value, cst.Call)
-        and (
-            (isinstance(value.func, cst.Name) and value.func.value == "shuffle")
-            or (isinstance(value.func, cst.Attribute) and value.func.attr.value == "shuffle")
-        )
-        and len(value.args) == len(target.elements)
-        and all(a.keyword is None and isinstance(a.value, cst.Name) for a in value.args)
-        and all(isinstance(t.value, cst.Name) for t in target.elements)
-    ):
+    if m.matches(
+        small,
+        m.Assign(
+            [m.AssignTarget(m.Tuple([m.ZeroOrMore(m.Element(m.Name()))]))],
+            m.Call(func=shuffle, args=[m.ZeroOrMore(m.Arg(m.Name(), keyword=None))]),
+        ),
+    ) and len(value.args) == len(target.elements):
         for t, a in zip(target.elements, value.args, strict=True):
             found.permuted[t.value.value] = a.value
         return True
     # x_s = x[perm]  /  x, y = x[perm], y[perm]
-    pairs = []
     if isinstance(target, cst.Name):
         pairs = [(target, value)]
     elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple):
         if len(target.elements) != len(value.elements):
             return False
         pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
-    if not pairs:
+    else:
         return False
-    for t, v in pairs:
-        if not (
-            isinstance(t, cst.Name)
-            and isinstance(v, cst.Subscript)
-            and isinstance(v.value, cst.Name)
-            and len(v.slice) == 1
-            and isinstance(v.slice[0].slice, cst.Index)
-            and isinstance(v.slice[0].slice.value, cst.Name)
-            and v.slice[0].slice.value.value in found.perms
-        ):
-            return False
+    by_perm = m.Subscript(
+        value=m.Name(),
+        slice=[m.SubscriptElement(m.Index(m.Name(m.MatchIfTrue(found.perms.__contains__))))],
+    )
+    if not all(isinstance(t, cst.Name) and m.matches(v, by_perm) for t, v in pairs):
+        return False
     for t, v in pairs:
         found.permuted[t.value] = v.value
     return True
@@ -668,36 +574,20 @@ def _inline_conversions(
     Only when that argument is the one use of the batch name in the loop.
     """
     finals = {e.final: e for e in elements}
-    uses: dict[str, int] = {}
-    for node in others:
-        for n in ast.walk(ast.parse(code_of(_statement(node)))):
-            if isinstance(n, ast.Name) and n.id in finals:
-                uses[n.id] = uses.get(n.id, 0) + 1
+    uses = [n.value for node in others for n in m.findall(node, m.Name())]
     moved: list[tuple[cst.Arg, str]] = []
     for node in others:
-        for call in walk(node):
-            if not isinstance(call, cst.Call):
-                continue
-            for arg in call.args:
-                of = _conversion_of(names, arg.value)
-                if of in finals and uses.get(of) == 1 and of not in [m[1] for m in moved]:
-                    element = finals[of]
-                    element.source = _convert_source(arg.value, element.source)
-                    moved.append((arg, of))
+        for arg in m.findall(node, m.Arg()):
+            of = _conversion_of(names, arg.value)
+            if of in finals and uses.count(of) == 1 and of not in [name for _, name in moved]:
+                element = finals[of]
+                element.source = _convert_source(arg.value, element.source)
+                moved.append((arg, of))
     return moved
 
 
-def _fit_epochs(epoch: cst.For) -> bool:
-    return _is_range_for(epoch) and len(epoch.iter.args) == 1
-
-
-# --- the fit form --------------------------------------------------------------------------------
-
-
-def _fit_form(
-    cell: Cell, plan: _Plan
-) -> tuple[cst.CSTNode, cst.Call, cst.BaseExpression | None] | None:
-    """(statement to replace, the train_on_batch call, epochs) when the loops can become fit."""
+def _fit_form(cell: Cell, plan: _Plan) -> _Fit | None:
+    """How the loops become one ``model.fit``, when they only train on batches and log."""
     inner_kept = [s for s in _kept_smalls(plan.inner, plan.removed) if not _is_print(s)]
     step = [s for s in inner_kept if _train_on_batch(s) is not None]
     if len(step) != 1 or plan.enumerate_index:
@@ -730,28 +620,25 @@ def _fit_form(
         if name is None:
             return None
         recorders.add(name)
-    outer: cst.CSTNode = plan.inner
+    outer: cst.For = plan.inner
     epochs = None
     if plan.epoch is not None:
         epoch = plan.epoch
-        if not _fit_epochs(epoch):
+        if not (m.matches(epoch, _RANGE_FOR) and len(epoch.iter.args) == 1):
             return None
         for small in _kept_smalls(epoch, plan.epoch_removed):
-            if small is plan.inner or _is_print(small):
-                continue
-            if _is_reset(small, recorders):
-                continue
-            return None
+            if small is not plan.inner and not _is_print(small) and not _is_reset(small, recorders):
+                return None
         epochs = epoch.iter.args[0].value
         outer = epoch
         if loads_after(cell, {epoch.target.value}, epoch):
             return None
-    if any(isinstance(n, cst.Break | cst.Continue) for n in walk(plan.inner)):
+    if m.findall(plan.inner, m.Break() | m.Continue()):
         return None
-    dropped = recorders | ({result} if result else set()) | {e.final for e in plan.elements}
+    dropped = recorders | ({result} if result else set()) | set(finals)
     if loads_after(cell, dropped, outer):
         return None
-    return outer, call, epochs
+    return _Fit(outer, call, epochs)
 
 
 def _kept_smalls(loop: cst.For, removed: set[int]) -> list[cst.CSTNode]:
@@ -765,64 +652,36 @@ def _kept_smalls(loop: cst.For, removed: set[int]) -> list[cst.CSTNode]:
 
 
 def _is_print(small: cst.CSTNode) -> bool:
-    return (
-        isinstance(small, cst.Expr)
-        and isinstance(small.value, cst.Call)
-        and isinstance(small.value.func, cst.Name)
-        and small.value.func.value == "print"
-    )
+    return m.matches(small, m.Expr(m.Call(func=m.Name("print"))))
 
 
 def _train_on_batch(small: cst.CSTNode) -> cst.Call | None:
-    value = small.value if isinstance(small, cst.Expr | cst.Assign) else None
-    if (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value == "train_on_batch"
-    ):
-        if isinstance(small, cst.Assign) and _assigned_name(small) is None:
-            return None
-        return value
+    if m.matches(small, m.Expr(_TRAIN_ON_BATCH) | m.Assign(_ONE_NAME, _TRAIN_ON_BATCH)):
+        return small.value
     return None
 
 
 def _assigned_name(small: cst.CSTNode) -> str | None:
-    if (
-        isinstance(small, cst.Assign)
-        and len(small.targets) == 1
-        and isinstance(small.targets[0].target, cst.Name)
-    ):
-        return small.targets[0].target.value
-    return None
+    return small.targets[0].target.value if m.matches(small, m.Assign(_ONE_NAME)) else None
 
 
 def _records(small: cst.CSTNode, result: str | None) -> str | None:
     """The list or total that `small` records the loss in (``losses.append(loss)``)."""
     if result is None:
         return None
-    if (
-        isinstance(small, cst.Expr)
-        and isinstance(small.value, cst.Call)
-        and isinstance(small.value.func, cst.Attribute)
-        and small.value.func.attr.value == "append"
-        and isinstance(small.value.func.value, cst.Name)
-        and len(small.value.args) == 1
-        and result in loaded_names(small.value.args[0].value)
-    ):
+    append = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append")), args=[m.Arg()])
+    if m.matches(small, m.Expr(append)) and result in loaded_names(small.value.args[0].value):
         return small.value.func.value.value
-    if (
-        isinstance(small, cst.AugAssign)
-        and isinstance(small.target, cst.Name)
-        and result in loaded_names(small.value)
-    ):
+    if m.matches(small, m.AugAssign(target=m.Name())) and result in loaded_names(small.value):
         return small.target.value
     return None
 
 
 def _is_reset(small: cst.CSTNode, recorders: set[str]) -> bool:
     """``losses = []`` / ``total = 0`` for one of the loss recorders."""
-    name = _assigned_name(small)
-    return name in recorders and isinstance(small.value, cst.List | cst.Integer | cst.Float)
+    return _assigned_name(small) in recorders and m.matches(
+        small.value, m.List() | m.Integer() | m.Float()
+    )
 
 
 # --- building the result -------------------------------------------------------------------------
@@ -845,9 +704,8 @@ def _pipeline(tf: str, plan: _Plan) -> str:
     return "(\n" + "".join(f"    {part}\n" for part in chain) + ")"
 
 
-def _apply(cell: Cell, names: Aliases, plan: _Plan) -> cst.Module | None:
+def _apply(cell: Cell, plan: _Plan) -> cst.Module | None:
     module = cell.module
-    fit = _fit_form(cell, plan)
     dataset = fresh_name(module, ["dataset", "train_dataset", "train_ds"])
     found = import_alias(module, "tensorflow", "tf")
     if found is None:
@@ -855,8 +713,8 @@ def _apply(cell: Cell, names: Aliases, plan: _Plan) -> cst.Module | None:
     tf, missing_import = found
     pipeline = _pipeline(tf, plan)
     edits: dict[cst.CSTNode, object] = {}
-    if fit is not None:
-        outer, call, epochs = fit
+    if plan.fit is not None:
+        outer, call, epochs = plan.fit.outer, plan.fit.call, plan.fit.epochs
         fit_call = code_of(call.func.with_changes(attr=cst.Name("fit")))
         epochs_arg = f", epochs={code_of(epochs)}" if epochs is not None else ""
         new = [
@@ -865,15 +723,10 @@ def _apply(cell: Cell, names: Aliases, plan: _Plan) -> cst.Module | None:
         ]
         edits[outer] = cst.FlattenSentinel(new)
     else:
-        finals = [e.final for e in plan.elements]
-        target = finals[0] if len(finals) == 1 else ", ".join(finals)
+        target = ", ".join(e.final for e in plan.elements)
         if plan.enumerate_index:
-            inner_target = (
-                f"{plan.inner.target.value}, ({target})"
-                if len(finals) > 1
-                else (f"{plan.inner.target.value}, {target}")
-            )
-            header = f"for {inner_target} in enumerate({dataset}):\n    pass\n"
+            target = f"({target})" if len(plan.elements) > 1 else target
+            header = f"for {plan.inner.target.value}, {target} in enumerate({dataset}):\n    pass\n"
         else:
             header = f"for {target} in {dataset}:\n    pass\n"
         template = parse_stmt(header)
@@ -918,7 +771,3 @@ def _move_comments(edits: dict[cst.CSTNode, object], outer: cst.CSTNode) -> None
         return cst.FlattenSentinel(nodes)
 
     edits[outer] = edit
-
-
-def _find_by_id(module: cst.Module, node_id: int) -> cst.CSTNode:
-    return next(n for n in walk(module) if id(n) == node_id)

@@ -107,7 +107,7 @@ class _Element:
     conversion: cst.Call | None = None  # ``xb = tf.constant(x[i:i + bs])``
     final: str = ""  # the name the batch ends in after conversions
     source: cst.BaseExpression | None = None  # whole-array expression for from_tensor_slices
-    shuffled: bool = False
+    shuffled: cst.BaseExpression | None = None  # the array shuffled anew every epoch
 
 
 @dataclass
@@ -410,15 +410,15 @@ def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
         array_name = code_of(element.array)
         if element.perm is not None:
             if element.perm in shuffle.perms:
-                element.source, element.shuffled = element.array, True
+                element.source = element.shuffled = element.array
             else:
                 # A fixed permutation: the permuted array, in that order.
                 element.source = parse_expr(f"{array_name}[{element.perm}]")
         elif array_name in shuffle.permuted:
-            element.source, element.shuffled = shuffle.permuted[array_name], True
+            element.source = element.shuffled = shuffle.permuted[array_name]
         else:
             element.source = element.array
-    if len({e.shuffled for e in elements}) != 1:
+    if len({e.shuffled is None for e in elements}) != 1:
         return None
     arrays = {code_of(e.array) for e in elements} | {code_of(e.source) for e in elements}
     for element in elements:
@@ -692,8 +692,8 @@ def _pipeline(tf: str, plan: _Plan) -> str:
     sources = [code_of(e.source) for e in plan.elements]
     tensors = sources[0] if len(sources) == 1 else "(" + ", ".join(sources) + ")"
     chain = [f"{tf}.data.Dataset.from_tensor_slices({tensors})"]
-    if plan.elements[0].shuffled:
-        chain.append(f".shuffle(len({code_of(plan.elements[0].array)}))")
+    if plan.elements[0].shuffled is not None:
+        chain.append(f".shuffle(len({code_of(plan.elements[0].shuffled)}))")
     batch = code_of(plan.batch_size)
     chain.append(
         f".batch({batch}, drop_remainder=True)" if plan.drop_remainder else f".batch({batch})"

@@ -608,13 +608,20 @@ class Recorder:
 
     # -- loops ---------------------------------------------------------------------------------
 
-    def loop_state(self, loop_id: int) -> OpenLoop:
-        for state in reversed(self.open_loops):
-            if state.loop_id == loop_id:
-                return state
+    def begin_loop(self, loop_id: int) -> OpenLoop:
+        """A loop of the cell starts (again, if it runs inside itself): its own new state,
+        innermost of the loops open now; `end_loop` closes it."""
         state = OpenLoop(loop_id)
         self.open_loops.append(state)
         return state
+
+    def loop_state(self, loop_id: int) -> OpenLoop:
+        """The state of the innermost open loop `loop_id` (a ``while`` loop that ticks), begun
+        here if that loop is not open."""
+        for state in reversed(self.open_loops):
+            if state.loop_id == loop_id:
+                return state
+        return self.begin_loop(loop_id)
 
     def close_iteration(self, state: OpenLoop, now: float) -> None:
         """Record the loop iteration that is open in `state` as ending at `now`."""

@@ -60,9 +60,7 @@ class LoopRuntime:
     def iterate(self, iterable: Iterable[Any], loop_id: int) -> Iterator[Any]:
         __tracebackhide__ = True
         iterator = iter(iterable)
-        state = OpenLoop(loop_id)
-        self._rec.open_loops.append(state)
-        return LoopIterator(iterator, self._rec, state)
+        return LoopIterator(iterator, self._rec, self._rec.begin_loop(loop_id))
 
     def tick(self, loop_id: int) -> None:
         now = perf_counter()

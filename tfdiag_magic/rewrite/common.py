@@ -65,7 +65,7 @@ class Cell:
     @functools.cached_property
     def scopes(self) -> set[Scope]:
         """The cell's scopes, as libcst's `ScopeProvider` finds them."""
-        return _node_scopes(self.module)
+        return scopes_of(self.module)
 
     @functools.cached_property
     def loads(self) -> list[cst.Name]:
@@ -173,7 +173,7 @@ def _loads(scopes: Iterable[Scope]) -> list[cst.Name]:
     return [a.node for s in scopes for a in s.accesses if isinstance(a.node, cst.Name)]
 
 
-def _node_scopes(node: cst.CSTNode) -> set[Scope]:
+def scopes_of(node: cst.CSTNode) -> set[Scope]:
     """The scopes libcst finds in `node` analysed on its own (as a module of its own)."""
     if isinstance(node, cst.BaseExpression):
         node = cst.Expr(node)
@@ -187,14 +187,14 @@ def _node_scopes(node: cst.CSTNode) -> set[Scope]:
 
 def loaded_names(node: cst.CSTNode) -> set[str]:
     """Names read anywhere in `node` (nested function bodies included)."""
-    return {name.value for name in _loads(_node_scopes(node))}
+    return {name.value for name in _loads(scopes_of(node))}
 
 
 def stored_names(node: cst.CSTNode) -> set[str]:
     """Names bound anywhere in `node`: assignments, loop and with targets, defs, imports."""
     return {
         a.name
-        for scope in _node_scopes(node)
+        for scope in scopes_of(node)
         for a in scope.assignments
         if not isinstance(a.node, cst.Param) and "." not in a.name
     }

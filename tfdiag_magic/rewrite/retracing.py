@@ -21,9 +21,8 @@ touched.
 
 from __future__ import annotations
 
-import ast
-
 import libcst as cst
+from libcst.metadata import BuiltinScope, GlobalScope
 
 from .common import (
     Aliases,
@@ -42,6 +41,7 @@ from .common import (
     remove,
     replace,
     rewrite_cell,
+    scopes_of,
     set_kwarg,
     single_small,
     walk,
@@ -361,20 +361,12 @@ def _created_function(names: Aliases, statement: cst.CSTNode) -> tuple[str, set[
 
 
 def _free_names(func: cst.FunctionDef) -> set[str]:
-    """Names a def reads from outside: decorators, defaults and its body's non-local names."""
-    tree = ast.parse(code_of(func)).body[0]
-    local = {a.arg for a in ast.walk(tree.args) if isinstance(a, ast.arg)}
-    for node in tree.body:
-        for n in ast.walk(node):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                local.add(n.id)
-    reads = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            reads.add(n.id)
-    # Decorators and defaults are evaluated outside the function: always free.
-    outside = set()
-    for expr in [*tree.decorator_list, *tree.args.defaults, *tree.args.kw_defaults]:
-        if expr is not None:
-            outside |= {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-    return (reads - local) | outside
+    """Names a def reads from outside: decorators, defaults and its body's non-local names
+    (libcst's scope analysis: reads that resolve to no binding inside the def)."""
+    return {
+        access.node.value
+        for scope in scopes_of(func)
+        for access in scope.accesses
+        if isinstance(access.node, cst.Name)
+        and all(isinstance(r.scope, GlobalScope | BuiltinScope) for r in access.referents)
+    }

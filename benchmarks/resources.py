@@ -25,7 +25,7 @@ Run: ``.venv/bin/python benchmarks/resources.py``; ``STEPS=N`` sets the long run
      1,000; one takes 20-70 ms here, so a real 1 M-call loop would take hours): bytes per call
      in the Record's call tables (`KerasCall` objects and their fields, counted once each);
    - 1,000,000 (``CALLS``) predict-like calls driven, in a fresh process, through the Keras
-     probe's own bookkeeping (a step mark, the batch's step row, `KerasProbe._add_call` with a
+     probe's own bookkeeping (a step mark, the batch's step row, `KerasProbe.add_call` with a
      stand-in model: no Keras): RSS delta, the call tables' bytes, kept calls and groups; beside
      the same run with every call kept (as before), at 200,000 calls, extrapolated.
 4. A profiled cell run 50 times (``RERUNS``) in one IPython shell, its dashboard built after
@@ -233,7 +233,7 @@ def keras_calls_run(calls: int, kept: int | None = None) -> dict[str, float]:
 
     from tfdiag_magic.probes.keras_calls import KerasProbe
 
-    add_call = KerasProbe()._add_call  # its imports (NumPy, TensorFlow) before the baseline
+    add_call = KerasProbe().add_call  # its imports (NumPy, TensorFlow) before the baseline
     model, x = StandInModel(), np.ones((4, 3), np.float32)
     base_rss, base_peak = rss(), peak_rss()
     rec = Recorder()

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 from . import views  # noqa: F401 (installs the views results render with)
 from .markers import step
+from .record import TOOL_VERSION
+
+__version__ = TOOL_VERSION
 
 if TYPE_CHECKING:
     from .session import Session

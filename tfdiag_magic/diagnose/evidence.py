@@ -102,7 +102,7 @@ def report_problem(stage: str, error: BaseException) -> None:
         sink(stage, error)
 
 
-def rewrite(function: RewriteFunction, source: str | None, **facts: Any) -> str | None:
+def rewrite(function: RewriteFunction, source: str | None, /, **facts: Any) -> str | None:
     """`function` (one of `tfdiag_magic.rewrite`) run on the cell; None when it does not apply.
 
     A rewrite that fails is reported like a failing rule, and the finding stands on its numbers

@@ -443,8 +443,6 @@ class KerasProbe:
             )
         )
 
-    _add_call = add_call  # the old name, read by benchmarks/resources.py until it reads add_call
-
     def _compile(self, rec: Recorder, original: Any) -> Any:
         probe = self
 

@@ -18,3 +18,12 @@ _.__cached__
 # Unpacked names of a list of cells / of row fields: they document each position.
 ON
 START
+# stats.PhaseStats and record.LoopInfo fields: in the JSON report (asdict / vars).
+PhaseStats.steps_per_second
+PhaseStats.total_time
+TimeSplit.data_wait_note
+LoopInfo.rows_dropped
+# probes/keras_calls.py: holds the retired iterator so that it is not freed mid-step.
+_._retired
+# Called by the cell's instrumented loops (instrument.py writes `_tfdiag_loops_.iterate`).
+LoopRuntime.iterate

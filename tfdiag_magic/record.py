@@ -330,6 +330,16 @@ class Record:
         """Top-level Keras calls of the run: the kept ones and the ones summed in groups."""
         return len(self.keras_calls) + sum(group.calls for group in self.keras_call_groups)
 
+    def gpu_memory(self) -> dict[str, np.ndarray]:
+        """Each GPU's sampled memory in use (bytes; -1 where it could not be read), by device:
+        the ``gpu:<device>:current`` series of `memory`."""
+        prefix, suffix = "gpu:", ":current"
+        return {
+            key[len(prefix) : -len(suffix)]: values
+            for key, values in self.memory.items()
+            if key.startswith(prefix) and key.endswith(suffix)
+        }
+
     def phase_mask(self, phase: str) -> np.ndarray:
         return self.steps["phase"] == Phase.of(phase)
 
@@ -380,8 +390,3 @@ class Record:
             frame.index = pd.Index(self.step_index)
         frame.index.name = "step"
         return frame
-
-    def memory_dataframe(self):  # -> pandas.DataFrame
-        import pandas as pd
-
-        return pd.DataFrame(dict(self.memory))

@@ -72,6 +72,29 @@ def warmup_mask(record: Record) -> np.ndarray:
     return mask
 
 
+def step_numbers(
+    durations: np.ndarray, warm: np.ndarray, starts: np.ndarray, waits: np.ndarray
+) -> dict[str, Any]:
+    """The numbers of a set of steps (one phase's, of a run or of a window of it): counts, the
+    steady steps' median, p90 and mean (warm-up left out), time inside the steps, the span from
+    the first start to the last end, steps per second over it, and the input wait where seen."""
+    steady = durations[~warm]
+    span = float((starts + durations).max() - starts.min())
+    seen = ~np.isnan(waits)
+    return {
+        "count": int(durations.size),
+        "steady_count": int(steady.size),
+        "median": float(np.median(steady)) if steady.size else None,
+        "p90": float(np.percentile(steady, 90)) if steady.size else None,
+        "mean": float(steady.mean()) if steady.size else None,
+        "warmup_count": int(warm.sum()),
+        "total_time": float(durations.sum()),
+        "span": span,
+        "steps_per_second": durations.size / span if span > 0 else None,
+        "data_wait": float(waits[seen].sum()) if seen.any() else None,
+    }
+
+
 def phase_stats(record: Record) -> dict[str, PhaseStats]:
     steps = record.steps
     warm = warmup_mask(record)
@@ -82,39 +105,28 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
         if not count:  # a phase whose rows a reduced table left out all is not summarized
             continue
         durations = steps["duration"][rows]
-        steady = durations[~warm[rows]]
-        starts = steps["start"][rows]
-        span = float((starts + durations).max() - starts.min())
-        waits = steps["data_wait"][rows]
-        seen = ~np.isnan(waits)
-        total_time = float(durations.sum())
-        data_wait = float(waits[seen].sum()) if seen.any() else None
+        numbers = step_numbers(
+            durations, warm[rows], steps["start"][rows], steps["data_wait"][rows]
+        )
         callback_time = float(steps["callback_time"][rows].sum())
         eager_steps = int(steps["eager"][rows].sum())
         if record.dropped is not None:  # a reduced table: add the rows it left out
             count = int(record.phase_total("count", name))
-            total_time = record.phase_total("duration", name)
-            if seen.any() or record.dropped.total("data_wait_count", name) > 0:
-                data_wait = record.phase_total("data_wait", name)
+            numbers["total_time"] = record.phase_total("duration", name)
+            if numbers["data_wait"] is not None or record.dropped.total("data_wait_count", name):
+                numbers["data_wait"] = record.phase_total("data_wait", name)
             callback_time = record.phase_total("callback_time", name)
             eager_steps = int(record.phase_total("eager", name))
+            span = numbers["span"]
+            numbers.update(count=count, steps_per_second=count / span if span > 0 else None)
         result[name] = PhaseStats(
             phase=name,
-            count=count,
-            steady_count=int(steady.size),
-            median=float(np.median(steady)) if steady.size else None,
-            p90=float(np.percentile(steady, 90)) if steady.size else None,
-            mean=float(steady.mean()) if steady.size else None,
             median_all=float(np.median(durations)),
-            warmup_count=int(warm[rows].sum()),
             warmup_time=float(durations[warm[rows]].sum()),
-            total_time=total_time,
-            span=span,
-            steps_per_second=count / span if span > 0 else None,
-            data_wait=data_wait,
             callback_time=callback_time,
             eager_steps=eager_steps,
             fused=int(steps["fused"][rows].max()),
+            **numbers,
         )
     return result
 
@@ -184,21 +196,19 @@ def memory_stats(record: Record) -> MemoryStats:
     rss = memory.get("rss")
     if rss is not None and rss.size and rss[0] >= 0:
         stats.host_rss = {"start": int(rss[0]), "peak": int(rss.max()), "end": int(rss[-1])}
-    for key, values in memory.items():
-        if key.startswith("gpu:") and key.endswith(":current"):
-            device = key[len("gpu:") : -len(":current")]
-            seen = values[values >= 0]
-            peaks = memory.get(f"gpu:{device}:peak", np.zeros(0))
-            peaks = peaks[peaks >= 0]
-            if seen.size:
-                # TensorFlow's peak is the process's: it counts for this run only if it rose
-                # during the run; otherwise the largest sampled use is this run's peak.
-                rose = peaks.size > 1 and peaks.max() > peaks[0]
-                stats.gpu[device] = {
-                    "start": int(seen[0]),
-                    "peak": int(max(seen.max(), peaks.max())) if rose else int(seen.max()),
-                    "end": int(seen[-1]),
-                }
+    for device, values in record.gpu_memory().items():
+        seen = values[values >= 0]
+        peaks = memory.get(f"gpu:{device}:peak", np.zeros(0))
+        peaks = peaks[peaks >= 0]
+        if seen.size:
+            # TensorFlow's peak is the process's: it counts for this run only if it rose
+            # during the run; otherwise the largest sampled use is this run's peak.
+            rose = peaks.size > 1 and peaks.max() > peaks[0]
+            stats.gpu[device] = {
+                "start": int(seen[0]),
+                "peak": int(max(seen.max(), peaks.max())) if rose else int(seen.max()),
+                "end": int(seen[-1]),
+            }
     return stats
 
 

@@ -41,12 +41,10 @@ MIN_TOTAL = 64 * (1 << 20)
 
 def check(record: Record, source: str | None) -> Finding | None:
     worst = None
-    for key, values in record.memory.items():
-        if not (key.startswith("gpu:") and key.endswith(":current")):
-            continue
+    for device, values in record.gpu_memory().items():
         growth = steady_growth(record, values)
         if is_steady_rise(growth, MIN_TOTAL) and (worst is None or growth.total > worst[1].total):
-            worst = (key[len("gpu:") : -len(":current")], growth)
+            worst = (device, growth)
     if worst is None:
         return None
     device, growth = worst

@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..units import size
 from .headline import Headline, Run, finished_record, headline_of
-from .noise import STEP_NOISE, WALL_TIME_NOISE, Band, fixed_band, interval_band
+from .noise import WALL_TIME_NOISE, Band, fixed_band, interval_band
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-NOISE = STEP_NOISE  # the smallest change a verdict names
 MEMORY_NOTE = 0.10
 ADDED_NOTE_BYTES = 64 * (1 << 20)  # as much as host-memory-growth asks for
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..record import PHASES, Phase, Record
-from ..stats import warmup_mask
+from ..stats import step_numbers, warmup_mask
 
 
 @dataclass
@@ -119,9 +119,7 @@ def step_series(record: Record) -> StepSeries:
         only_loops=only_loops,
     )
     series.mem_x = series.x_of_time(mem_time)
-    for key, values in memory.items():
-        if key.startswith("gpu:") and key.endswith(":current"):
-            series.mem_gpu[key[len("gpu:") : -len(":current")]] = values
+    series.mem_gpu.update(record.gpu_memory())
     return series
 
 
@@ -143,26 +141,10 @@ def window_stats(series: StepSeries, lo: int, hi: int) -> dict[str, Any]:
     result["time_to"] = float((start + duration).max())
     for code, name in enumerate(PHASES):
         mine = phase == code
-        n = int(mine.sum())
-        if not n:
-            continue
-        times = duration[mine]
-        steady = times[~warm[mine]]
-        span = float((start[mine] + times).max() - start[mine].min())
-        waits = wait[mine]
-        seen = ~np.isnan(waits)
-        result["phases"][name] = {
-            "count": n,
-            "steady_count": int(steady.size),
-            "median": float(np.median(steady)) if steady.size else None,
-            "p90": float(np.percentile(steady, 90)) if steady.size else None,
-            "mean": float(steady.mean()) if steady.size else None,
-            "max": float(times.max()),
-            "warmup_count": int(warm[mine].sum()),
-            "total_time": float(times.sum()),
-            "steps_per_second": n / span if span > 0 else None,
-            "data_wait": float(waits[seen].sum()) if seen.any() else None,
-        }
+        if mine.any():
+            numbers = step_numbers(duration[mine], warm[mine], start[mine], wait[mine])
+            numbers["max"] = float(duration[mine].max())
+            result["phases"][name] = numbers
     in_window = (series.mem_x >= lo - 0.5) & (series.mem_x <= hi + 0.5)
     rss = series.mem_rss[in_window] if series.mem_rss.size == series.mem_x.size else np.zeros(0)
     rss = rss[rss >= 0]

@@ -39,9 +39,9 @@ from .html import (
     render_html,
     tabs_of,
 )
+from .live import WIDGET_VIEW
 from .text import headline
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 TAB_TITLES = ("Overview", "Steps", "Memory", "GPU", "Findings", "Data")
 PAGE_ROWS = 25
 TOGGLE_LAYOUT = {"width": "auto", "margin": "0 12px 0 0"}

@@ -27,7 +27,7 @@ from ..record import PHASES, Phase
 from ..units import rate, seconds, size
 from .downsample import MinMaxBuckets
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"  # a widget's MIME type in a bundle
 RATE_WINDOW = 3.0  # seconds of recent steps the current steps/s is measured over
 QUIET_NOTE = 1.0  # seconds without a step end after which the view says so
 SPARK_WIDTH, SPARK_HEIGHT = 320, 56

@@ -157,6 +157,10 @@ def _run_cell(page: Any, index: int) -> None:
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
     prompt = cell.locator(".jp-InputPrompt")
     for _ in range(10):
+        # JupyterLab may still raise its "Select Kernel" dialog after the page has loaded.
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count():
+            accept.first.click()
         cell.locator(".jp-InputArea-editor").click()
         page.keyboard.press("Shift+Enter")
         try:

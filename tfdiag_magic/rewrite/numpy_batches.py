@@ -19,6 +19,7 @@ makes the rewrite give up (None). ``from_tensor_slices`` holds the arrays in mem
 loop did; for arrays of several GB a generator or files are the better source.
 
 `_analyse` reads the cell into a `_Plan` (nothing is edited); `_apply` writes the plan.
+`_analyse` reads the cell into a `_Plan` (nothing is edited); `_apply` writes the plan.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from .common import (
     dotted,
     fresh_name,
     import_alias,
-    insert_before,
     loaded_names,
     loads_after,
     loop_at_line,
@@ -49,37 +49,31 @@ from .common import (
     remove,
     replace,
     rewrite_cell,
+    small_statements,
     stored_names,
 )
 
-_CONVERSIONS = {
-    "tensorflow.convert_to_tensor",
-    "tensorflow.constant",
-    "tensorflow.cast",
-    "numpy.asarray",
-    "numpy.array",
-}
-
+_CONVERSIONS = {"tensorflow.convert_to_tensor", "tensorflow.constant", "tensorflow.cast",
+                "numpy.asarray", "numpy.array"}  # fmt: skip
 _RANGE_FOR = m.For(target=m.Name(), iter=m.Call(func=m.Name("range")), orelse=None)
+_BOUND = m.SaveMatchedNode(m.Slice(), "bound")
+_PERMUTED = m.Subscript(m.SaveMatchedNode(m.Name(), "perm"), [m.SubscriptElement(_BOUND)])
 # ``array[lo:up]`` or ``array[perm[lo:up]]``
 _SLICED = m.Subscript(
-    value=m.SaveMatchedNode(m.Name() | m.Attribute(), "array"),
-    slice=[
-        m.SubscriptElement(
-            m.SaveMatchedNode(m.Slice(), "bound")
-            | m.Index(
-                m.Subscript(
-                    value=m.SaveMatchedNode(m.Name(), "perm"),
-                    slice=[m.SubscriptElement(m.SaveMatchedNode(m.Slice(), "bound"))],
-                )
-            )
-        )
-    ],
+    m.SaveMatchedNode(m.Name() | m.Attribute(), "array"),
+    [m.SubscriptElement(_BOUND | m.Index(_PERMUTED))],
+)
+_ARRAY = m.SaveMatchedNode(m.DoNotCare(), "array")
+_SHAPE0 = [m.SubscriptElement(m.Index(m.Integer("0")))]
+_LENGTH = m.Call(m.Name("len"), [m.Arg(_ARRAY)]) | m.Subscript(
+    m.Attribute(_ARRAY, m.Name("shape")), _SHAPE0
 )
 _ASTYPE = m.Call(func=m.Attribute(attr=m.Name("astype")))
 _FIRST_POSITIONAL = m.Call(args=[m.Arg(keyword=None, star=""), m.ZeroOrMore()])
-_TRAIN_ON_BATCH = m.Call(func=m.Attribute(attr=m.Name("train_on_batch")))
 _ONE_NAME = [m.AssignTarget(m.Name())]
+_TRAIN_ON_BATCH = m.Call(func=m.Attribute(attr=m.Name("train_on_batch")))
+_TRAINS = m.Expr(_TRAIN_ON_BATCH) | m.Assign(_ONE_NAME, _TRAIN_ON_BATCH)
+_EMPTY = m.List() | m.Integer() | m.Float()  # ``losses = []`` / ``total = 0`` resets a recorder
 _ARITHMETIC = {cst.Add: operator.add, cst.Subtract: operator.sub, cst.Multiply: operator.mul}
 
 
@@ -92,9 +86,6 @@ def numpy_batches_to_dataset(source: str, *, loop_lineno: int | None = None) -> 
     return rewrite_cell(source, lambda cell: _rewrite(cell, loop_lineno))
 
 
-# --- the plan ------------------------------------------------------------------------------------
-
-
 @dataclass
 class _Element:
     """One sliced array: ``target = array[lo:up]`` (or ``array[perm[lo:up]]``)."""
@@ -104,43 +95,17 @@ class _Element:
     perm: str | None
     bound: cst.Slice
     small: cst.CSTNode
+    final: str  # the name the batch ends in after conversions
     conversion: cst.Call | None = None  # ``xb = tf.constant(x[i:i + bs])``
-    final: str = ""  # the name the batch ends in after conversions
     source: cst.BaseExpression | None = None  # whole-array expression for from_tensor_slices
     shuffled: cst.BaseExpression | None = None  # the array shuffled anew every epoch
-
-
-@dataclass
-class _Helper:
-    """``start = i * bs``: a name the slice bounds are computed through."""
-
-    name: str
-    value: cst.BaseExpression
-
-
-@dataclass
-class _Conversion:
-    """``xb = tf.constant(xb)``: a conversion of the batch `of`, bound to `target`."""
-
-    small: cst.Assign
-    target: str
-    of: str
-
-
-@dataclass
-class _Fit:
-    """The loops become ``outer`` -> ``model.fit(dataset, epochs=epochs)``."""
-
-    outer: cst.For
-    call: cst.Call  # the train_on_batch call
-    epochs: cst.BaseExpression | None
 
 
 @dataclass
 class _Shuffles:
     perms: set[str] = field(default_factory=set)  # index arrays permuted anew every epoch
     permuted: dict[str, cst.BaseExpression] = field(default_factory=dict)  # shuffled -> source
-    removed: set[int] = field(default_factory=set)  # small statements that only shuffle
+    removed: list[cst.CSTNode] = field(default_factory=list)  # statements that only shuffle
     other_stores: set[str] = field(default_factory=set)  # names the epoch body binds otherwise
 
 
@@ -152,33 +117,28 @@ class _Plan:
     batch_size: cst.BaseExpression
     drop_remainder: bool
     take: cst.BaseExpression | None
-    removed: set[int]  # ids of small statements removed from the inner loop
-    epoch_removed: set[int] = field(default_factory=set)
-    enumerate_index: bool = False
-    # Call arguments ``conv(batch)`` whose conversion moved onto the source: arg -> batch name.
-    inline_conversions: list[tuple[cst.Arg, str]] = field(default_factory=list)
-    fit: _Fit | None = None
+    removed: list[cst.CSTNode]  # small statements the loops lose
+    enumerate_index: bool
+    inline_conversions: dict[cst.Arg, str]  # ``conv(batch)`` arguments -> batch name
+    fit: cst.Call | None = None  # train_on_batch, when the loops become one ``model.fit``
 
 
 def _rewrite(cell: Cell, loop_lineno: int | None) -> cst.Module | None:
     names = aliases(cell.module)
-    for loop in _candidates(cell, loop_lineno):
-        plan = _analyse(cell, names, loop)
+    if loop_lineno is None:
+        candidates = m.findall(cell.module, _RANGE_FOR)
+    else:
+        loop = loop_at_line(cell, loop_lineno)
+        candidates = [] if loop is None else [loop, *loop_body(loop)]
+    for loop in candidates:
+        plan = _analyse(cell, names, loop) if m.matches(loop, _RANGE_FOR) else None
         if plan is not None:
             return _apply(cell, plan)
     return None
 
 
-def _candidates(cell: Cell, loop_lineno: int | None) -> list[cst.For]:
-    if loop_lineno is None:
-        return m.findall(cell.module, _RANGE_FOR)
-    loop = loop_at_line(cell, loop_lineno)
-    if loop is None:
-        return []
-    return [s for s in [loop, *loop_body(loop)] if m.matches(s, _RANGE_FOR)]
-
-
-# --- integer arithmetic on the slice bounds ------------------------------------------------------
+def _smalls(loop: cst.For) -> list[cst.CSTNode]:  # compound statements as they are
+    return [small for st in loop_body(loop) for small in small_statements(st) or [st]]
 
 
 def _eval(node: cst.BaseExpression, env: dict[str, int], helpers: dict, bs: cst.CSTNode) -> int:
@@ -187,11 +147,10 @@ def _eval(node: cst.BaseExpression, env: dict[str, int], helpers: dict, bs: cst.
         return env["__bs"]
     if isinstance(node, cst.Integer):
         return int(node.evaluated_value)
-    if isinstance(node, cst.Name):
-        if node.value in env:
-            return env[node.value]
-        if node.value in helpers:
-            return _eval(helpers[node.value], env, helpers, bs)
+    if isinstance(node, cst.Name) and node.value in env:
+        return env[node.value]
+    if isinstance(node, cst.Name) and node.value in helpers:
+        return _eval(helpers[node.value], env, helpers, bs)
     if m.matches(node, m.UnaryOperation(operator=m.Minus())):
         return -_eval(node.expression, env, helpers, bs)
     if isinstance(node, cst.BinaryOperation) and type(node.operator) in _ARITHMETIC:
@@ -237,22 +196,13 @@ def _is_arithmetic(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Name | cst.Integer | cst.Float)
 
 
-# --- analysis ------------------------------------------------------------------------------------
-
-
 def _converted(names: Aliases, value: cst.CSTNode) -> cst.BaseExpression | None:
-    """What `value` converts, when it is a conversion (``tf.constant(v)``, ``v.astype(...)``)."""
+    """``v`` of ``tf.constant(v)``, ``v.astype(...)`` and the like."""
     if m.matches(value, _ASTYPE):
         return value.func.value
     if m.matches(value, _FIRST_POSITIONAL) and names.qualify(dotted(value.func)) in _CONVERSIONS:
         return value.args[0].value
     return None
-
-
-def _conversion_of(names: Aliases, value: cst.CSTNode) -> str | None:
-    """The batch name that `value` converts (``tf.constant(xb)``, ``xb.astype(...)``)."""
-    converted = _converted(names, value)
-    return converted.value if isinstance(converted, cst.Name) else None
 
 
 def _convert_source(conversion: cst.Call, source: cst.BaseExpression) -> cst.Call:
@@ -265,165 +215,135 @@ def _convert_source(conversion: cst.Call, source: cst.BaseExpression) -> cst.Cal
     return conversion.with_changes(args=[first, *conversion.args[1:]])
 
 
-def _classify(
-    names: Aliases, small: cst.CSTNode, index: str, helpers: dict
-) -> list[_Element] | _Helper | _Conversion | None:
-    """What a small statement of the batch loop is: slices, a bound helper, a conversion."""
+def _pairs(small: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression]] | None:
     if not m.matches(small, m.Assign(targets=[m.AssignTarget()])):
         return None
     target, value = small.targets[0].target, small.value
-    if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple):
-        pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=False)]
+    if isinstance(target, cst.Name):
+        return [(target, value)]
+    if m.matches(target, m.Tuple()) and m.matches(value, m.Tuple()):
         if len(target.elements) != len(value.elements):
             return None
-    elif isinstance(target, cst.Name):
-        pairs = [(target, value)]
-        converted = _converted(names, value)
-        if converted is not None and m.extract(converted, _SLICED):
-            return [_element(target.value, converted, small, conversion=value)]
-        of = _conversion_of(names, value)
-        if of is not None:
-            return _Conversion(small, target.value, of)
-        used = {n.value for n in m.findall(value, m.Name())}
-        if not m.extract(value, _SLICED):
-            if _is_arithmetic(value) and (index in used or used & set(helpers)):
-                return _Helper(target.value, value)
-            return None
-    else:
-        return None
-    if not all(isinstance(t, cst.Name) and m.extract(v, _SLICED) for t, v in pairs):
+        return [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
+    return None
+
+
+def _slices(names: Aliases, small: cst.CSTNode) -> list[_Element] | None:
+    """``xb = x[i:i + bs]``, ``xb, yb = x[...], y[...]``, ``xb = tf.constant(x[...])``."""
+    pairs = _pairs(small)
+    if m.matches(small, m.Assign(_ONE_NAME)):
+        converted = _converted(names, small.value)
+        if converted is not None and m.matches(converted, _SLICED):
+            return [_element(pairs[0][0].value, converted, small, conversion=small.value)]
+    if pairs is None or not all(m.matches(t, m.Name()) and m.matches(v, _SLICED) for t, v in pairs):
         return None
     return [_element(t.value, v, small) for t, v in pairs]
 
 
 def _element(target: str, value: cst.BaseExpression, small: cst.CSTNode, **kw) -> _Element:
     parts = m.extract(value, _SLICED)
-    return _Element(target, parts["array"], _perm(parts), parts["bound"], small, **kw)
-
-
-def _perm(parts: dict) -> str | None:
-    return parts["perm"].value if "perm" in parts else None
+    perm = parts["perm"].value if "perm" in parts else None
+    return _Element(target, parts["array"], perm, parts["bound"], small, target, **kw)
 
 
 def _length_of(cell: Cell, expr: cst.CSTNode, arrays: set[str], depth: int = 0) -> bool:
     """Whether `expr` is the length of one of `arrays`: ``len(x)``, ``x.shape[0]``, a name."""
-    if m.matches(expr, m.Call(func=m.Name("len"), args=[m.Arg()])):
-        return code_of(expr.args[0].value) in arrays
-    shape0 = m.Subscript(
-        value=m.Attribute(attr=m.Name("shape")), slice=[m.SubscriptElement(m.Index(m.Integer("0")))]
-    )
-    if m.matches(expr, shape0):
-        return code_of(expr.value.value) in arrays
+    length = m.extract(expr, _LENGTH)
+    if length:
+        return code_of(length["array"]) in arrays
     if isinstance(expr, cst.Name) and depth == 0:
         value = _single_assignment(cell, expr.value)
         return value is not None and _length_of(cell, value, arrays, depth + 1)
     return False
 
 
-def _single_assignment(cell: Cell, name: str) -> cst.BaseExpression | None:
-    """The value of `name` when the cell binds it exactly once, by a plain assignment."""
+def _single_assignment(cell: Cell, name: str) -> cst.BaseExpression | None:  # bound only there
     values = m.findall(cell.module, m.Assign(targets=[m.AssignTarget(m.Name(name))]))
     return values[0].value if len(values) == 1 and cell.bindings(name) == 1 else None
 
 
 def _steps_kind(cell: Cell, steps: cst.CSTNode, bs: cst.CSTNode, arrays: set[str]) -> str:
     """'floor' for ``len(x) // bs``, 'ceil' for its rounded-up forms, else 'other'."""
-    is_bs = m.MatchIfTrue(bs.deep_equals)
     if isinstance(steps, cst.Name):
         value = _single_assignment(cell, steps.value)
         return "other" if value is None else _steps_kind(cell, value, bs, arrays)
-    if m.matches(steps, m.BinaryOperation(operator=m.FloorDivide(), right=is_bs)):
-        if _length_of(cell, steps.left, arrays):
-            return "floor"
-        # (n + bs - 1) // bs
-        minus_one = m.BinaryOperation(
-            left=m.BinaryOperation(operator=m.Add(), right=is_bs),
-            operator=m.Subtract(),
-            right=m.Integer("1"),
-        )
-        if m.matches(steps.left, minus_one) and _length_of(cell, steps.left.left.left, arrays):
-            return "ceil"
-    # math.ceil(n / bs), int(np.ceil(n / bs))
-    if m.matches(steps, m.Call(func=m.Name("int"), args=[m.Arg()])):
-        steps = steps.args[0].value
+    is_bs, n = m.MatchIfTrue(bs.deep_equals), m.SaveMatchedNode(m.DoNotCare(), "n")
+    floor = m.extract(steps, m.BinaryOperation(n, m.FloorDivide(), is_bs))
+    if floor and _length_of(cell, floor["n"], arrays):
+        return "floor"
     ceil = m.Call(
-        func=m.Attribute(attr=m.Name("ceil")),
-        args=[m.Arg(m.BinaryOperation(operator=m.Divide(), right=is_bs))],
+        m.Attribute(attr=m.Name("ceil")), [m.Arg(m.BinaryOperation(n, m.Divide(), is_bs))]
     )
-    if m.matches(steps, ceil) and _length_of(cell, steps.args[0].value.left, arrays):
-        return "ceil"
-    return "other"
+    rounded_up = (  # (n + bs - 1) // bs, math.ceil(n / bs), int(np.ceil(n / bs))
+        m.BinaryOperation(
+            m.BinaryOperation(m.BinaryOperation(n, m.Add(), is_bs), m.Subtract(), m.Integer("1")),
+            m.FloorDivide(),
+            is_bs,
+        )
+        | ceil
+        | m.Call(m.Name("int"), [m.Arg(ceil)])
+    )
+    found = m.extract(steps, rounded_up)
+    return "ceil" if found and _length_of(cell, found["n"], arrays) else "other"
 
 
 def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
-    index = loop.target.value
-    range_args = [a.value for a in loop.iter.args]
-    if any(a.keyword is not None or a.star for a in loop.iter.args):
-        return None
-    if len(range_args) == 3 and m.matches(range_args[0], m.Integer("0")):
-        steps_mode = False
-    elif len(range_args) == 1:
-        steps_mode = True
-    else:
+    index, range_args = loop.target.value, [a.value for a in loop.iter.args]
+    steps_mode = len(range_args) == 1
+    if any(a.keyword is not None or a.star for a in loop.iter.args) or not (
+        steps_mode or (len(range_args) == 3 and m.matches(range_args[0], m.Integer("0")))
+    ):
         return None
 
-    # Classify the loop body's small statements.
-    helpers: dict[str, cst.BaseExpression] = {}
-    elements: list[_Element] = []
-    conversions: list[_Conversion] = []
-    others: list[cst.CSTNode] = []
-    removed: set[int] = set()
-    for statement in loop_body(loop):
-        smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
-        for small in smalls:
-            match _classify(names, small, index, helpers):
-                case None:
-                    others.append(small)
-                case _Helper(name=name, value=value):
-                    helpers[name] = value
-                    removed.add(id(small))
-                case _Conversion() as conversion:
-                    conversions.append(conversion)
-                case list() as sliced:
-                    elements += sliced
+    # The loop body: slices, helpers the bounds are computed through, conversions, the rest.
+    helpers, elements, conversions, others, removed = {}, [], [], [], []
+    for small in _smalls(loop):
+        sliced = _slices(names, small)
+        if sliced is not None:
+            elements += sliced
+        elif m.matches(small, m.Assign(_ONE_NAME)) and m.matches(
+            _converted(names, small.value), m.Name()
+        ):
+            conversions.append(small)  # ``xb = tf.constant(xb)``
+        elif m.matches(small, m.Assign(_ONE_NAME, m.MatchIfTrue(_is_arithmetic))) and {
+            n.value for n in m.findall(small.value, m.Name())
+        } & {index, *helpers}:
+            helpers[small.targets[0].target.value] = small.value  # ``start = i * bs``
+            removed.append(small)
+        else:
+            others.append(small)
     targets = [e.target for e in elements]
     if not elements or len(set(targets)) != len(targets):
         return None
 
     # Batch size and slice bounds.
+    batch_size = range_args[-1]
     if steps_mode:
-        lower = elements[0].bound.lower
-        batch_size = _factor_of_index(lower, index, helpers) if lower is not None else None
-        if batch_size is None:
-            return None
-    else:
-        batch_size = range_args[2]
-    if not all(_bounds_match(e.bound, index, helpers, batch_size, steps_mode) for e in elements):
+        batch_size = _factor_of_index(elements[0].bound.lower, index, helpers)
+    if batch_size is None or not all(
+        _bounds_match(e.bound, index, helpers, batch_size, steps_mode) for e in elements
+    ):
         return None
 
     # Where the batches come from: an epoch loop around may shuffle them.
-    epoch = _epoch_loop(cell, loop)
+    epoch = cell.parent(cell.parent(loop))
+    epoch = epoch if m.matches(epoch, m.For(orelse=None)) else None
     shuffle = _shuffles(cell, epoch, loop) if epoch is not None else _Shuffles()
     if shuffle is None:
         return None
-    for element in elements:
-        array_name = code_of(element.array)
-        if element.perm is not None:
-            if element.perm in shuffle.perms:
-                element.source = element.shuffled = element.array
-            else:
-                # A fixed permutation: the permuted array, in that order.
-                element.source = parse_expr(f"{array_name}[{element.perm}]")
-        elif array_name in shuffle.permuted:
-            element.source = element.shuffled = shuffle.permuted[array_name]
-        else:
-            element.source = element.array
+    for e in elements:
+        array, e.source = code_of(e.array), e.array
+        if e.perm in shuffle.perms:
+            e.shuffled = e.array
+        elif e.perm is not None:  # a fixed permutation: the permuted array, in that order
+            e.source = parse_expr(f"{array}[{e.perm}]")
+        elif array in shuffle.permuted:
+            e.source = e.shuffled = shuffle.permuted[array]
     if len({e.shuffled is None for e in elements}) != 1:
         return None
     arrays = {code_of(e.array) for e in elements} | {code_of(e.source) for e in elements}
-    for element in elements:
-        if element.conversion is not None:
-            element.source = _convert_source(element.conversion, element.source)
+    for e in elements:
+        e.source = e.source if e.conversion is None else _convert_source(e.conversion, e.source)
 
     # Batch count.
     drop_remainder, take = False, None
@@ -435,33 +355,30 @@ def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
         return None
 
     # Conversions of a batch move onto the whole array.
-    by_target = {e.target: e for e in elements}
-    removed |= {id(e.small) for e in elements}
-    for element in elements:
-        element.final = element.target
-    for conversion in conversions:
-        element = by_target.get(conversion.of)
-        if element is None or element.final != conversion.of:
-            others.append(conversion.small)
+    by_final = {e.target: e for e in elements}
+    removed += [e.small for e in elements]
+    for small in conversions:
+        of = _converted(names, small.value).value
+        element = by_final.get(of)
+        if element is None or element.final != of:
+            others.append(small)
             continue
-        element.source = _convert_source(conversion.small.value, element.source)
-        element.final = conversion.target
-        removed.add(id(conversion.small))
-        by_target[conversion.target] = element
+        element.source = _convert_source(small.value, element.source)
+        element.final = small.targets[0].target.value
+        removed.append(small)
+        by_final[element.final] = element
 
     # What stays in the loop must not need what the rewrite takes away.
     gone = set(helpers) | {e.target for e in elements if e.final != e.target}
     gone |= {e.perm for e in elements if e.perm}
-    kept_loads = set().union(*(loaded_names(node) for node in others))
-    kept_stores = set().union(*(stored_names(node) for node in others))
-    if not others or kept_loads & gone:
-        return None
+    kept_loads = set().union(*map(loaded_names, others))
+    kept_stores = set().union(*map(stored_names, others))
     enumerate_index = index in kept_loads
-    if enumerate_index and not steps_mode:
+    if not others or kept_loads & gone or (enumerate_index and not steps_mode):
         return None
     finals = {e.final for e in elements}
     read = [e.source for e in elements] + [batch_size] + ([take] if take is not None else [])
-    sources_use = set().union(*(loaded_names(node) for node in read))
+    sources_use = set().union(*map(loaded_names, read))
     if sources_use & (kept_stores | {index} | finals):
         return None
     if epoch is not None and sources_use & shuffle.other_stores:
@@ -470,195 +387,124 @@ def _analyse(cell: Cell, names: Aliases, loop: cst.For) -> _Plan | None:
     if loads_after(cell, gone | set(targets), loop) - finals:
         return None
 
+    inline = _inline_conversions(names, others, elements)
+    removed += shuffle.removed
     plan = _Plan(
-        inner=loop,
-        epoch=epoch,
-        elements=elements,
-        batch_size=batch_size,
-        drop_remainder=drop_remainder,
-        take=take,
-        removed=removed,
-        epoch_removed=shuffle.removed,
-        enumerate_index=enumerate_index,
+        loop, epoch, elements, batch_size, drop_remainder, take, removed, enumerate_index, inline
     )
-    plan.inline_conversions = _inline_conversions(names, others, elements)
     plan.fit = _fit_form(cell, plan)
     return plan
 
 
-def _epoch_loop(cell: Cell, loop: cst.For) -> cst.For | None:
-    block = cell.parent(loop)
-    owner = cell.parent(block) if block is not None else None
-    if isinstance(owner, cst.For) and owner.orelse is None and owner.body is block:
-        return owner
-    return None
-
-
 def _shuffles(cell: Cell, epoch: cst.For, inner: cst.For) -> _Shuffles | None:
     """The per-epoch shuffling statements before `inner` in `epoch`'s body."""
-    found = _Shuffles()
-    before = True
-    kept: list[cst.CSTNode] = []
-    for statement in loop_body(epoch):
-        if statement is inner:
-            before = False
-            continue
-        smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
-        for small in smalls:
-            if before and _shuffle_statement(small, found):
-                found.removed.add(id(small))
-            else:
-                kept.append(small)
-    found.other_stores = set().union(*(stored_names(small) for small in kept))
+    found, smalls = _Shuffles(), _smalls(epoch)
+    found.removed = [s for s in smalls[: smalls.index(inner)] if _shuffle_statement(s, found)]
+    kept = [s for s in smalls if s is not inner and s not in found.removed]
+    found.other_stores = set().union(*map(stored_names, kept))
     found.other_stores.add(epoch.target.value if isinstance(epoch.target, cst.Name) else "")
     # Removing the shuffles is safe only when nothing else reads what they made.
     if any(loaded_names(small) & (found.perms | set(found.permuted)) for small in kept):
         return None
     made = found.perms | {k for k, v in found.permuted.items() if k != code_of(v)}
-    if loads_after(cell, made, epoch):
-        return None
-    return found
+    return None if loads_after(cell, made, epoch) else found
 
 
 def _shuffle_statement(small: cst.CSTNode, found: _Shuffles) -> bool:
-    shuffle = m.Name("shuffle") | m.Attribute(attr=m.Name("shuffle"))
     # np.random.shuffle(perm) / rng.shuffle(perm)
     if m.matches(small, m.Expr(m.Call(func=m.Attribute(attr=m.Name("shuffle")), args=[m.Arg()]))):
-        if isinstance(small.value.args[0].value, cst.Name):
-            found.perms.add(small.value.args[0].value.value)
-            return True
-        return False
-    if not m.matches(small, m.Assign(targets=[m.AssignTarget()])):
-        return False
-    target, value = small.targets[0].target, small.value
+        perm = small.value.args[0].value
+        if isinstance(perm, cst.Name):
+            found.perms.add(perm.value)
+        return isinstance(perm, cst.Name)
     # perm = np.random.permutation(n) / rng.permutation(n)
     if m.matches(small, m.Assign(_ONE_NAME, m.Call(m.Attribute(attr=m.Name("permutation"))))):
-        found.perms.add(target.value)
+        found.perms.add(small.targets[0].target.value)
         return True
     # x, y = shuffle(x, y)   (sklearn.utils.shuffle and the like)
-    if m.matches(
-        small,
-        m.Assign(
-            [m.AssignTarget(m.Tuple([m.ZeroOrMore(m.Element(m.Name()))]))],
-            m.Call(func=shuffle, args=[m.ZeroOrMore(m.Arg(m.Name(), keyword=None))]),
-        ),
-    ) and len(value.args) == len(target.elements):
-        for t, a in zip(target.elements, value.args, strict=True):
+    shuffle = m.Call(
+        m.Name("shuffle") | m.Attribute(attr=m.Name("shuffle")),
+        [m.ZeroOrMore(m.Arg(m.Name(), keyword=None))],
+    )
+    tuple_of_names = m.Tuple([m.ZeroOrMore(m.Element(m.Name()))])
+    if m.matches(small, m.Assign([m.AssignTarget(tuple_of_names)], shuffle)) and len(
+        small.value.args
+    ) == len(small.targets[0].target.elements):
+        for t, a in zip(small.targets[0].target.elements, small.value.args, strict=True):
             found.permuted[t.value.value] = a.value
         return True
     # x_s = x[perm]  /  x, y = x[perm], y[perm]
-    if isinstance(target, cst.Name):
-        pairs = [(target, value)]
-    elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple):
-        if len(target.elements) != len(value.elements):
-            return False
-        pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
-    else:
+    perm = m.Name(m.MatchIfTrue(found.perms.__contains__))
+    by_perm = m.Subscript(m.Name(), [m.SubscriptElement(m.Index(perm))])
+    pairs = _pairs(small)
+    if pairs is None or not all(m.matches(t, m.Name()) and m.matches(v, by_perm) for t, v in pairs):
         return False
-    by_perm = m.Subscript(
-        value=m.Name(),
-        slice=[m.SubscriptElement(m.Index(m.Name(m.MatchIfTrue(found.perms.__contains__))))],
-    )
-    if not all(isinstance(t, cst.Name) and m.matches(v, by_perm) for t, v in pairs):
-        return False
-    for t, v in pairs:
-        found.permuted[t.value] = v.value
+    found.permuted.update({t.value: v.value for t, v in pairs})
     return True
 
 
 def _inline_conversions(
     names: Aliases, others: list[cst.CSTNode], elements: list[_Element]
-) -> list[tuple[cst.Arg, str]]:
+) -> dict[cst.Arg, str]:
     """Call arguments ``conv(batch)`` in the kept statements: the conversion moves to the source.
 
     Only when that argument is the one use of the batch name in the loop.
     """
     finals = {e.final: e for e in elements}
     uses = [n.value for node in others for n in m.findall(node, m.Name())]
-    moved: list[tuple[cst.Arg, str]] = []
-    for node in others:
-        for arg in m.findall(node, m.Arg()):
-            of = _conversion_of(names, arg.value)
-            if of in finals and uses.count(of) == 1 and of not in [name for _, name in moved]:
-                element = finals[of]
-                element.source = _convert_source(arg.value, element.source)
-                moved.append((arg, of))
+    moved: dict[cst.Arg, str] = {}
+    for arg in (arg for node in others for arg in m.findall(node, m.Arg())):
+        converted = _converted(names, arg.value)
+        of = converted.value if isinstance(converted, cst.Name) else None
+        if of in finals and uses.count(of) == 1:
+            finals[of].source = _convert_source(arg.value, finals[of].source)
+            moved[arg] = of
     return moved
 
 
-def _fit_form(cell: Cell, plan: _Plan) -> _Fit | None:
-    """How the loops become one ``model.fit``, when they only train on batches and log."""
-    inner_kept = [s for s in _kept_smalls(plan.inner, plan.removed) if not _is_print(s)]
-    step = [s for s in inner_kept if _train_on_batch(s) is not None]
+def _fit_form(cell: Cell, plan: _Plan) -> cst.Call | None:
+    """The train_on_batch call, when the loops only train on batches and log."""
+    inner_kept = [s for s in _smalls(plan.inner) if s not in plan.removed and not _is_print(s)]
+    step = [s for s in inner_kept if m.matches(s, _TRAINS)]
     if len(step) != 1 or plan.enumerate_index:
         return None
-    call = _train_on_batch(step[0])
-    result = _assigned_name(step[0])
+    call, result = step[0].value, _assigned_name(step[0])
     finals = [e.final for e in plan.elements]
-    args = call.args
-    if len(args) != len(finals) or any(a.keyword is not None or a.star for a in args):
+    if len(call.args) != len(finals) or any(a.keyword is not None or a.star for a in call.args):
         return None
-    order = []
-    converted = {id(arg): name for arg, name in plan.inline_conversions}
-    for arg in args:
-        if id(arg) in converted:
-            order.append(converted[id(arg)])
-        elif isinstance(arg.value, cst.Name) and arg.value.value in finals:
-            order.append(arg.value.value)
-        else:
-            return None
-    if len(set(order)) != len(order):
+    order = [
+        plan.inline_conversions.get(a) or (a.value.value if isinstance(a.value, cst.Name) else "")
+        for a in call.args
+    ]
+    if not set(order) <= set(finals) or len(set(order)) != len(order):
         return None
     plan.elements.sort(key=lambda e: order.index(e.final))
 
     # Everything else only records or prints the loss.
-    recorders: set[str] = set()
-    for small in inner_kept:
-        if small is step[0]:
-            continue
-        name = _records(small, result)
-        if name is None:
-            return None
-        recorders.add(name)
-    outer: cst.For = plan.inner
-    epochs = None
+    recorders = {_records(small, result) for small in inner_kept if small is not step[0]}
+    if None in recorders:
+        return None
+    outer = plan.inner
     if plan.epoch is not None:
-        epoch = plan.epoch
-        if not (m.matches(epoch, _RANGE_FOR) and len(epoch.iter.args) == 1):
+        outer = plan.epoch
+        if not (m.matches(outer, _RANGE_FOR) and len(outer.iter.args) == 1):
             return None
-        for small in _kept_smalls(epoch, plan.epoch_removed):
-            if small is not plan.inner and not _is_print(small) and not _is_reset(small, recorders):
+        for small in _smalls(outer):
+            if small in plan.removed or small is plan.inner or _is_print(small):
+                continue
+            if not (_assigned_name(small) in recorders and m.matches(small.value, _EMPTY)):
                 return None
-        epochs = epoch.iter.args[0].value
-        outer = epoch
-        if loads_after(cell, {epoch.target.value}, epoch):
+        if loads_after(cell, {outer.target.value}, outer):
             return None
     if m.findall(plan.inner, m.Break() | m.Continue()):
         return None
-    dropped = recorders | ({result} if result else set()) | set(finals)
-    if loads_after(cell, dropped, outer):
+    if loads_after(cell, recorders | ({result} if result else set()) | set(finals), outer):
         return None
-    return _Fit(outer, call, epochs)
-
-
-def _kept_smalls(loop: cst.For, removed: set[int]) -> list[cst.CSTNode]:
-    out: list[cst.CSTNode] = []
-    for statement in loop_body(loop):
-        if isinstance(statement, cst.SimpleStatementLine):
-            out += [s for s in statement.body if id(s) not in removed]
-        else:
-            out.append(statement)
-    return out
+    return call
 
 
 def _is_print(small: cst.CSTNode) -> bool:
     return m.matches(small, m.Expr(m.Call(func=m.Name("print"))))
-
-
-def _train_on_batch(small: cst.CSTNode) -> cst.Call | None:
-    if m.matches(small, m.Expr(_TRAIN_ON_BATCH) | m.Assign(_ONE_NAME, _TRAIN_ON_BATCH)):
-        return small.value
-    return None
 
 
 def _assigned_name(small: cst.CSTNode) -> str | None:
@@ -677,33 +523,6 @@ def _records(small: cst.CSTNode, result: str | None) -> str | None:
     return None
 
 
-def _is_reset(small: cst.CSTNode, recorders: set[str]) -> bool:
-    """``losses = []`` / ``total = 0`` for one of the loss recorders."""
-    return _assigned_name(small) in recorders and m.matches(
-        small.value, m.List() | m.Integer() | m.Float()
-    )
-
-
-# --- building the result -------------------------------------------------------------------------
-
-
-def _pipeline(tf: str, plan: _Plan) -> str:
-    """The dataset expression, one method per line inside parentheses."""
-    sources = [code_of(e.source) for e in plan.elements]
-    tensors = sources[0] if len(sources) == 1 else "(" + ", ".join(sources) + ")"
-    chain = [f"{tf}.data.Dataset.from_tensor_slices({tensors})"]
-    if plan.elements[0].shuffled is not None:
-        chain.append(f".shuffle(len({code_of(plan.elements[0].shuffled)}))")
-    batch = code_of(plan.batch_size)
-    chain.append(
-        f".batch({batch}, drop_remainder=True)" if plan.drop_remainder else f".batch({batch})"
-    )
-    if plan.take is not None:
-        chain.append(f".take({code_of(plan.take)})")
-    chain.append(f".prefetch({tf}.data.AUTOTUNE)")
-    return "(\n" + "".join(f"    {part}\n" for part in chain) + ")"
-
-
 def _apply(cell: Cell, plan: _Plan) -> cst.Module | None:
     module = cell.module
     dataset = fresh_name(module, ["dataset", "train_dataset", "train_ds"])
@@ -711,17 +530,27 @@ def _apply(cell: Cell, plan: _Plan) -> cst.Module | None:
     if found is None:
         return None
     tf, missing_import = found
-    pipeline = _pipeline(tf, plan)
+    # The dataset expression, one method per line inside parentheses.
+    sources = [code_of(e.source) for e in plan.elements]
+    tensors = sources[0] if len(sources) == 1 else "(" + ", ".join(sources) + ")"
+    chain = [f"{tf}.data.Dataset.from_tensor_slices({tensors})"]
+    if plan.elements[0].shuffled is not None:
+        chain.append(f".shuffle(len({code_of(plan.elements[0].shuffled)}))")
+    drop = ", drop_remainder=True" if plan.drop_remainder else ""
+    chain.append(f".batch({code_of(plan.batch_size)}{drop})")
+    if plan.take is not None:
+        chain.append(f".take({code_of(plan.take)})")
+    chain.append(f".prefetch({tf}.data.AUTOTUNE)")
+    pipeline = "".join(f"    {part}\n" for part in chain)
+    assign = parse_stmt(f"{dataset} = (\n{pipeline})\n")
     edits: dict[cst.CSTNode, object] = {}
+    outer = plan.inner if plan.epoch is None else plan.epoch
     if plan.fit is not None:
-        outer, call, epochs = plan.fit.outer, plan.fit.call, plan.fit.epochs
-        fit_call = code_of(call.func.with_changes(attr=cst.Name("fit")))
-        epochs_arg = f", epochs={code_of(epochs)}" if epochs is not None else ""
-        new = [
-            parse_stmt(f"{dataset} = {pipeline}\n").with_changes(leading_lines=outer.leading_lines),
-            parse_stmt(f"{fit_call}({dataset}{epochs_arg})\n"),
-        ]
-        edits[outer] = cst.FlattenSentinel(new)
+        fit_call = code_of(plan.fit.func.with_changes(attr=cst.Name("fit")))
+        epochs = "" if plan.epoch is None else f", epochs={code_of(plan.epoch.iter.args[0].value)}"
+        fit = parse_stmt(f"{fit_call}({dataset}{epochs})\n")
+        assign = assign.with_changes(leading_lines=outer.leading_lines)
+        edits[outer] = cst.FlattenSentinel([assign, fit])
     else:
         target = ", ".join(e.final for e in plan.elements)
         if plan.enumerate_index:
@@ -730,44 +559,26 @@ def _apply(cell: Cell, plan: _Plan) -> cst.Module | None:
         else:
             header = f"for {target} in {dataset}:\n    pass\n"
         template = parse_stmt(header)
+        remove(edits, plan.removed)
+        for arg, name in plan.inline_conversions.items():
+            edits[arg] = lambda node, name=name: node.with_changes(value=cst.Name(name))
         edits[plan.inner] = lambda node: node.with_changes(
             target=template.target, iter=template.iter
         )
-        remove(edits, _smalls_by_id(plan.inner, plan.removed))
-        for arg, name in plan.inline_conversions:
-            edits[arg] = lambda node, name=name: node.with_changes(value=cst.Name(name))
-        outer = plan.inner
-        if plan.epoch is not None:
-            outer = plan.epoch
-            remove(edits, _smalls_by_id(plan.epoch, plan.epoch_removed))
-        insert_before(edits, outer, [parse_stmt(f"{dataset} = {pipeline}\n")])
-        _move_comments(edits, outer)
+        edits[outer] = _dataset_before(edits.get(outer), assign)
     module = replace(module, edits)
     return add_import(module, "tensorflow", tf) if missing_import else module
 
 
-def _smalls_by_id(loop: cst.For, ids: set[int]) -> list[cst.CSTNode]:
-    """The small statements (or compound ones) of `loop`'s body whose id is in `ids`."""
-    found = []
-    for statement in loop_body(loop):
-        if id(statement) in ids:
-            found.append(statement)
-        elif isinstance(statement, cst.SimpleStatementLine):
-            found += [s for s in statement.body if id(s) in ids]
-    return found
-
-
-def _move_comments(edits: dict[cst.CSTNode, object], outer: cst.CSTNode) -> None:
-    """Comments above the loop stay above the code that now starts there (the dataset line)."""
-    previous = edits[outer]
+def _dataset_before(previous, assign: cst.BaseStatement):
+    """An edit putting `assign` before the loop, with the loop's comments above it (or its
+    blank lines, when there are no comments)."""
 
     def edit(node):
-        result = previous(node)
-        nodes = list(result.nodes)
-        loop = nodes[-1]
-        if loop.leading_lines:
-            nodes[0] = nodes[0].with_changes(leading_lines=loop.leading_lines)
-            nodes[-1] = loop.with_changes(leading_lines=[])
-        return cst.FlattenSentinel(nodes)
+        node = previous(node) if previous is not None else node
+        lines = list(node.leading_lines)
+        blank = next((k for k, line in enumerate(lines) if line.comment is not None), len(lines))
+        first = assign.with_changes(leading_lines=lines[blank:] or lines)
+        return cst.FlattenSentinel([first, node.with_changes(leading_lines=[])])
 
-    edits[outer] = edit
+    return edit

@@ -219,9 +219,22 @@ def _speed_text(before: Headline, after: Headline, measure: str | None, band: Ba
             f"no measurable change in speed ({factor(speedup)} {by},"
             f" within the noise of ±{band.half_width:.0%})"
         )
-    if speedup > 1:
-        return f"{factor(speedup)} faster {by}"
-    return f"{factor(1 / speedup)} slower {by}"
+    if band.mean_agrees:
+        return f"{factor(_inverse(speedup))} {_direction(speedup)} {by}"
+    fast = band.deciding
+    return (
+        f"{factor(_inverse(fast))} {_direction(fast)} at its fastest steps (the 10th"
+        f" percentile of the time per step); {factor(speedup)} {by}, blurred by a busy machine"
+    )
+
+
+def _direction(ratio: float) -> str:
+    return "faster" if ratio > 1 else "slower"
+
+
+def _inverse(ratio: float) -> float:
+    """How many times faster or slower: 0.5 -> 2.0."""
+    return ratio if ratio > 1 else 1 / ratio
 
 
 def _memory_text(before: Headline, after: Headline) -> list[str]:

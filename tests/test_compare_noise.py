@@ -1,0 +1,113 @@
+"""Verdicts with a noise band: a change counts when the fastest steps moved beyond the noise,
+read from the runs' own per-step intervals; a real change is found through a CPU hog on one core,
+and the same cell run again is not called faster or slower.
+
+The cells run through ``%%tfprofile --compare`` in a real IPython shell on real TensorFlow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfdiag_magic.experiments.noise import (
+    STEP_NOISE,
+    WALL_TIME_NOISE,
+    fixed_band,
+    interval_band,
+)
+
+SETUP = """
+import time
+import numpy as np
+import tensorflow as tf
+import keras
+x = tf.constant(np.random.default_rng(0).normal(size=(64, 32)).astype("float32"))
+y = tf.reduce_sum(x, axis=1, keepdims=True)
+model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(1)])
+optimizer = keras.optimizers.SGD(0.01)
+
+@tf.function
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+"""
+
+# About 0.3 s of ~1 ms steps: what a student's quick before/after looks like.
+SAME = """
+for i in range(300):
+    train_step(x, y)
+"""
+
+# Steps that wait a fixed time besides their work, and a version that waits 1.5 times longer:
+# a real change whose size does not depend on how busy the machine is.
+WAITING = """
+for i in range(150):
+    train_step(x, y)
+    time.sleep({wait})
+"""
+
+
+def verdict_of(ip, cell: str, baseline: str) -> tuple[str, object]:
+    outcome = ip.run_cell(f"%%tfprofile -q --compare {baseline} -o after\n{cell}")
+    assert outcome.success, outcome.error_in_exec
+    comparison = ip.user_ns["after"].comparison
+    return comparison.verdict, comparison
+
+
+@pytest.fixture
+def trained(ip):
+    assert ip.run_cell(SETUP).success
+    assert ip.run_cell(SAME).success  # traced once, outside the runs compared
+    return ip
+
+
+def test_a_real_change_is_found_through_a_cpu_hog(trained, cpu_hog):
+    ip = trained
+    assert ip.run_cell("%%tfprofile -q -o before\n" + WAITING.format(wait=0.004)).success
+    verdict, comparison = verdict_of(ip, WAITING.format(wait=0.006), "before")
+    print(verdict)
+    assert comparison.band is not None and comparison.band.measurable, verdict
+    assert "slower" in verdict and "faster" not in verdict, verdict
+    # The steps' own work: 4.0 + w against 6.0 + w ms, w the train step's ~0.5-1 ms; the mean
+    # moves with the neighbour too (sleeps end late on a busy CPU), the fastest steps do not.
+    assert 1 / 1.6 <= comparison.band.deciding <= 1 / 1.25, verdict
+    verdict, comparison = verdict_of(ip, WAITING.format(wait=0.004), "before")
+    assert "faster" not in verdict and "slower" not in verdict, verdict
+
+
+def test_the_band_reads_the_fastest_steps():
+    rng = np.random.default_rng(1)
+    steady = 1e-3 * (1 + 0.01 * rng.standard_normal(500))
+    # A neighbour that slows a third of the steps by 2-3x: the mean moves by half, the
+    # fastest steps do not, and that is noise.
+    busy = steady.copy()
+    busy[rng.random(500) < 1 / 3] *= rng.uniform(2, 3)
+    contended = interval_band(steady.mean() / busy.mean(), steady, busy)
+    assert contended.ratio < 0.8 and not contended.measurable, contended
+    # A change to every step's own work is measurable, and the mean agrees.
+    tight = interval_band(1.3, steady, steady / 1.3)
+    assert tight.measurable and tight.low > 1.0 and tight.mean_agrees, tight
+    # The same change seen through a busy run: found by the fastest steps, the mean blurred.
+    blurred = interval_band(steady.mean() / (busy / 1.3).mean() * 1.0, steady, busy / 1.3)
+    assert blurred.measurable and blurred.deciding == pytest.approx(1.3, rel=0.05), blurred
+    # Under the floor, never measurable, however steady the steps.
+    assert not interval_band(1.1, steady, steady / 1.1).measurable
+    # Without per-step intervals, the fixed bands.
+    assert not interval_band(1.04, None, None).measurable
+    assert interval_band(0.9, None, None).measurable
+    assert not fixed_band(1.3, WALL_TIME_NOISE).measurable
+    assert fixed_band(2.0, WALL_TIME_NOISE).measurable
+    assert fixed_band(1.0 / (1.0 + STEP_NOISE * 3), STEP_NOISE).measurable
+
+
+def test_the_band_leaves_the_users_random_state_alone():
+    np.random.seed(7)
+    expected = np.random.random(3)
+    np.random.seed(7)
+    rng = np.random.default_rng(2)
+    interval_band(1.2, rng.random(100), rng.random(100))
+    assert np.array_equal(np.random.random(3), expected)

@@ -9,11 +9,11 @@
 3. else the cell's wall time.
 
 A difference reads "faster" or "slower" only when it is more than noise (`noise.py`): with
-per-step intervals in both runs, when a bootstrap interval of the ratio excludes 1 and the ratio
-is at least 5% from 1; by wall time alone, at least 35% from 1. Otherwise the verdict says "no
+per-step intervals in both runs, when the fastest steps moved by at least 15% with a bootstrap
+interval that excludes 1; by wall time alone, at least 35%. Otherwise the verdict says "no
 measurable change", and within how much. A run that failed is not timed against one that
-completed: the verdict says which failed. Memory is mentioned when its peak
-moved by `MEMORY_NOTE` (10%) or more.
+completed: the verdict says which failed. Memory is mentioned when its peak moved by
+`MEMORY_NOTE` (10%) or more.
 """
 
 from __future__ import annotations

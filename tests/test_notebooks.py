@@ -257,3 +257,18 @@ def test_notebook_runs_clean_and_tells_its_story(path: Path, kernel_dirs: Path):
         )
 
     assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s"
+
+
+@pytest.mark.parametrize("path", notebook_paths(), ids=lambda p: p.stem)
+def test_notebook_runs_twice_in_one_kernel(path: Path, kernel_dirs: Path):
+    """Students run cells again: the whole notebook, run top to bottom a second time in the same
+    kernel, fails nowhere but in the cells tagged raises-exception."""
+    nb = nbformat.read(path, as_version=4)
+    first = len(nb.cells)
+    nb.cells = nb.cells + [nbformat.from_dict(json.loads(json.dumps(c))) for c in nb.cells]
+    execute_notebook(nb, kernel_dirs, KERNEL_NAME, timeout=CELL_TIMEOUT_S, cwd=NOTEBOOKS)
+    for index, cell in enumerate(nb.cells):
+        errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+        if errors and "raises-exception" not in tags(cell):
+            where = f"pass {1 + index // first}, cell {index % first}"
+            pytest.fail(f"{path.name} {where} failed:\n{cell.source[:300]}\n{cell_text(cell)}")

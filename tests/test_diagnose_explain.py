@@ -22,6 +22,7 @@ CODES = [
     "oom",
     "device-config-too-late",
     "nonfinite-loss",
+    "no-learning",
     "retracing",
     "eager-step",
     "repeated-keras-call",

@@ -262,6 +262,27 @@ class ModelBuilt:
 
 
 @dataclass
+class TrainedState:
+    """What trained during the run, and whether its weights moved: a Keras model that ran
+    training batches (fit, train_on_batch; `kind` "model"), or an optimizer whose `apply` a
+    custom loop called (`kind` "optimizer"). Read at first sight and at the end of the run."""
+
+    kind: str  # "model" or "optimizer"
+    name: str  # the model's or the optimizer's name
+    optimizer: str  # the optimizer's class ("" when the model has none)
+    steps: int  # model: training batches it ran; optimizer: -1 (its iterations count them)
+    iterations_first: int  # the optimizer's `iterations` at first sight (-1: unknown)
+    iterations_last: int  # and at the end (-1: unknown)
+    learning_rate: float  # at the end (NaN: unknown)
+    variables: int  # trainable variables at first sight
+    variables_read: int  # of them, the ones small enough to fingerprint
+    variables_changed: int  # of the fingerprinted ones, those whose values differ at the end
+    variables_last: int  # trainable variables at the end
+    variables_new: int  # of those, the ones not there at first sight (built during the run)
+    weights: int  # all of the model's weights at the end, trainable or not (optimizer: -1)
+
+
+@dataclass
 class ConfigCall:
     """A device-configuration call that TensorFlow refused because the runtime was running."""
 
@@ -305,6 +326,7 @@ class Record:
     models: list[ModelBuilt] = field(default_factory=list)
     config_calls: list[ConfigCall] = field(default_factory=list)
     callback_seconds: dict[str, float] = field(default_factory=dict)  # callback class -> s
+    trained: list[TrainedState] = field(default_factory=list)  # what trained, see TrainedState
     # Rows a long run's table left out, as exact sums (None: the table holds every row).
     dropped: DroppedSteps | None = None
     # Where the table is reduced: each row's index among all rows recorded (None: 0, 1, 2...)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from array import array
 from collections.abc import Callable
 from time import perf_counter
@@ -212,6 +213,15 @@ class Recorder:
         # index of its last batch, set by the Keras probe; `fit_progress()` reads them.
         self.fit_callbacks: Any = None
         self.fit_batch = -1
+        # What trained, for the learning probe (probes/learning.py): Keras models that ran
+        # training batches (fit, train_on_batch), by weak reference, with the batches each ran,
+        # and the optimizers whose `apply` was called. The Keras and optimizer probes test a
+        # weak reference's membership per step (no call); at first sight they call
+        # `first_training` / `first_update`, which hand the object to the hooks, if any.
+        self.trained: dict[weakref.ref[Any], int] = {}
+        self.updated: set[weakref.ref[Any]] = set()
+        self.on_first_training: Callable[[Any], None] | None = None
+        self.on_first_update: Callable[[Any, Any], None] | None = None
         self.error: ErrorInfo | None = None
         self._failure: tuple[BaseException, int, float] | None = None
         # Called on the main thread after each memory sample taken at the end of a step (at
@@ -815,6 +825,19 @@ class Recorder:
             step_index=index,
         )
 
+    def first_training(self, model: Any) -> None:
+        """`model` is about to run its first training batch of the run (once per model)."""
+        self.trained[weakref.ref(model)] = 0
+        if self.on_first_training is not None:
+            self.on_first_training(model)
+
+    def first_update(self, optimizer: Any, variables: Any) -> None:
+        """`optimizer.apply` is called for the first time in the run, on `variables` (None:
+        the optimizer's own), outside Keras' fit and ``*_on_batch`` (those are `trained`)."""
+        self.updated.add(weakref.ref(optimizer))
+        if self.on_first_update is not None and not self.driver_depth:
+            self.on_first_update(optimizer, variables)
+
     def release_user_objects(self) -> None:
         """Drop the references to the user's objects (tf.functions, the running fit's
         callbacks, loss values not read yet), once the record is built or given up on: a
@@ -823,6 +846,7 @@ class Recorder:
         self.retired_functions.clear()
         self.fit_callbacks = None
         self._loss_rows, self._loss_values = [], []
+        self.on_first_training = self.on_first_update = None
 
     def _columns(self) -> dict[str, np.ndarray]:
         """The buffer as typed columns; the float64 buffer is released before they are

@@ -29,6 +29,7 @@ from .probes.gc_pauses import GCProbe
 from .probes.host_conversions import HostConversionProbe
 from .probes.keras_calls import KerasProbe
 from .probes.keras_models import KerasModelProbe
+from .probes.learning import LearningProbe
 from .probes.logged_warnings import WarningsProbe
 from .probes.loops import LoopProbe
 from .probes.memory import MemoryProbe
@@ -106,6 +107,7 @@ class Session:
                 OptimizerProbe(),
                 KerasProbe(),
                 KerasModelProbe(),
+                LearningProbe(),
                 DeviceConfigProbe(),
                 HostConversionProbe(),
                 NVMLProbe(self.options.nvml_interval if self.options.nvml else None),

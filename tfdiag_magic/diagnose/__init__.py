@@ -19,6 +19,7 @@ RULE_MODULES: tuple[str, ...] = (
     "oom",
     "device_config_too_late",
     "nonfinite_loss",
+    "no_learning",
     "retracing",
     "eager_step",
     "repeated_keras_call",

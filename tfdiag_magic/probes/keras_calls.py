@@ -15,6 +15,7 @@ import itertools
 import math
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
@@ -492,6 +493,8 @@ class KerasProbe:
                     timer = _pydataset_timer(data, probe._call_patcher)
                 meter = InputWaitMeter() if name == "fit" else None
                 probe._meter, probe._iterator = meter, None
+                if name == "fit" and weakref.ref(self) not in rec.trained:
+                    rec.first_training(self)  # before its first batch: its state as it came
             rec.driver_depth += 1
             rec.driver_eager = bool(getattr(self, "run_eagerly", False)) or _functions_eager()
             rec.take_wait()  # what the cell waited for before calling Keras is not a batch's
@@ -512,6 +515,8 @@ class KerasProbe:
                         if timer is not None:
                             timer.release()
                         probe._meter, probe._iterator = None, None
+                        if name == "fit":
+                            _count_training(rec, self, mark)
                         probe.add_call(rec, name, self, start, mark, data, timer, meter)
                         probe._untime_callbacks()
                         rec.fit_callbacks = None
@@ -522,11 +527,16 @@ class KerasProbe:
     def _on_batch(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         phase = Phase.of(phase_name)
         kind = Kind.ON_BATCH
+        trains, trained, ref = phase_name == "train", rec.trained, weakref.ref
 
         def on_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             if rec.driver_depth or rec.step_depth or threading.get_ident() != rec.thread_id:
                 return original(self, *args, **kwargs)
+            if trains:  # a membership test per batch, no call; the state is read at first sight
+                key = ref(self)
+                if key not in trained:
+                    rec.first_training(self)
             wait = rec.take_wait()
             host, batch = inspect_inputs(args, kwargs)
             eager = bool(getattr(self, "run_eagerly", False)) or _functions_eager()
@@ -540,6 +550,8 @@ class KerasProbe:
             finally:
                 rec.driver_depth -= 1
             end = perf_counter()
+            if trains:
+                trained[key] += 1
             loss = _logs_loss(result) if phase_name != "predict" else None
             rec.add_step(
                 phase, kind, start, end, wait, -1, eager, loss, host_bytes=host, batch=batch
@@ -654,6 +666,16 @@ class KerasProbe:
 
 # The package's own folder (with its separator, so that no sibling folder matches).
 _TOOL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
+def _count_training(rec: Recorder, model: Any, mark: StepMark) -> None:
+    """Add the training batches of the top-level `fit` of `model` that is ending to its count
+    in `rec.trained`: from its callbacks' progress, else every step since `mark` (validation
+    batches included)."""
+    key = weakref.ref(model)
+    if key in rec.trained:
+        progress = rec.fit_progress()
+        rec.trained[key] += progress[0] if progress is not None else rec.steps_since(mark)
 
 
 def _hide_tool_frames_from_keras(patcher: Patcher) -> None:

@@ -9,6 +9,7 @@ runs from the end of the previous step, or the start of the loop iteration, to t
 from __future__ import annotations
 
 import threading
+import weakref
 from time import perf_counter
 from typing import Any
 
@@ -40,6 +41,7 @@ class OptimizerProbe:
         import tensorflow as tf
 
         train, kind = Phase.TRAIN, Kind.EAGER_UPDATE
+        updated, ref = rec.updated, weakref.ref
 
         # Named `self` as in BaseOptimizer.apply, and signed as it (`wraps_exactly`).
         def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -54,6 +56,9 @@ class OptimizerProbe:
                     entry.updates = True
             if threading.get_ident() != rec.thread_id:
                 return original(optimizer, *args, **kwargs)
+            if ref(optimizer) not in updated:  # a membership test per update, no call
+                variables = args[1] if len(args) > 1 else kwargs.get("trainable_variables")
+                rec.first_update(optimizer, variables)
             if (
                 rec.optimizer_depth
                 or top is not None

@@ -1,0 +1,138 @@
+"""no-learning: training steps ran, but a model's trainable weights did not change."""
+
+from __future__ import annotations
+
+from ..findings import Finding
+from ..record import Record, TrainedState
+from .evidence import rounded
+
+CODE = "no-learning"
+TITLE = "Training steps ran, but the weights did not change"
+DOC = """\
+## What it detects
+A Keras model that ran training batches (`fit`, `train_on_batch`) with nothing to train or
+whose trainable weights all ended the run as they began, or an optimizer that a custom loop
+stepped (its `iterations` rose) while none of the variables it was given changed.
+
+## Why it hurts
+Every such step costs its time and teaches the model nothing: the loss reported may even
+move (it is measured on changing batches), so the run looks like training. Keras 3 takes a
+model's trainable weights when its train function is made: a Keras 2 GAN that sets
+`discriminator.trainable = False` before compiling the combined model leaves the
+discriminator with no trainable weights in Keras 3, and its `train_on_batch` calls do nothing
+but print a warning, however many there are.
+
+## Evidence we show
+For each model or optimizer: the training steps it ran (for an optimizer, how far its
+`iterations` rose), its optimizer's `iterations` before and after, its trainable variables,
+how many of them were fingerprinted and how many changed, and the learning rate at the end.
+
+## Fix
+- `trainable` set after `compile`: Keras 3 reads it when the train function is made; set
+  it, then compile (again) before training.
+- A Keras 2 GAN: do not freeze the discriminator for its own training. Train it with its
+  own step, and freeze it only inside the combined model, or write a custom `train_step`
+  that applies each optimizer to its own model's variables:
+  ```python
+  discriminator.compile(optimizer="adam", loss="binary_crossentropy")
+  discriminator.trainable = False
+  gan.compile(optimizer="adam", loss="binary_crossentropy")  # frozen inside gan only
+  discriminator.trainable = True
+  discriminator.compile(optimizer="adam", loss="binary_crossentropy")  # recompile
+  ```
+- A learning rate of 0 (or a schedule that reaches 0): set a positive one.
+- Gradients that are None or zero because the loss does not depend on the weights (a
+  `tf.stop_gradient`, `.numpy()` in the loss, variables outside the tape): compute the
+  loss from the model's output inside the `GradientTape`.
+
+## Threshold
+At least 10 training steps of the model (or 10 optimizer iterations), and either no
+trainable variable at first sight nor built later while the optimizer's `iterations` did not
+rise, or every trainable variable read (up to 4M elements each, 16M an object, at the start
+and the end, never per step) with none changed. A model with one changed variable learns
+(partial fine-tuning is learning), and a model only evaluated or predicted is never looked at.
+A variable too large to read only counts as unchanged where the optimizer never stepped.
+"""
+
+MIN_STEPS = 10
+
+
+def _stalled(state: TrainedState) -> bool:
+    """Whether `state`'s trainable weights measurably did not change (see the threshold)."""
+    if state.variables_changed or state.variables_new:
+        return False
+    stepped = state.iterations_first >= 0 and state.iterations_last > state.iterations_first
+    if state.kind == "optimizer":
+        return (
+            state.iterations_last - state.iterations_first >= MIN_STEPS
+            and state.variables > 0
+            and state.variables_read == state.variables
+        )
+    if state.steps < MIN_STEPS:
+        return False
+    if state.variables == 0:
+        return state.iterations_first >= 0 and not stepped
+    return state.variables_read == state.variables or (state.iterations_first >= 0 and not stepped)
+
+
+def _entry(state: TrainedState) -> dict:
+    entry = {
+        state.kind: state.name,
+        "optimizer": state.optimizer,
+        "iterations_before": state.iterations_first,
+        "iterations_after": state.iterations_last,
+        "trainable_variables": state.variables,
+        "trainable_variables_after": state.variables_last,
+        "variables_read": state.variables_read,
+        "variables_changed": state.variables_changed,
+        "learning_rate": rounded(state.learning_rate, 6),
+    }
+    if state.kind == "model":
+        entry["training_steps"] = state.steps
+        entry["weights"] = state.weights
+    return entry
+
+
+def _cause(state: TrainedState) -> str:
+    name = f"{state.kind} '{state.name}'"
+    if state.kind == "model":
+        ran = f"{name} ran {state.steps} training steps"
+    else:
+        ran = f"{name} stepped {state.iterations_last - state.iterations_first} times"
+    if state.variables == 0:
+        return (
+            f"{ran} with no trainable weights ({state.weights} weights in all; its"
+            f" optimizer's iterations stayed at {state.iterations_last})"
+        )
+    return (
+        f"{ran}; none of its {state.variables} trainable variables changed (optimizer"
+        f" iterations {state.iterations_first} → {state.iterations_last})"
+    )
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    stalled = [state for state in record.trained if _stalled(state)]
+    if not stalled:
+        return None
+    training = record.phase_counts().get("train", 0)
+    evidence = {"training_steps_in_run": training, "not_learning": [_entry(s) for s in stalled]}
+    first = stalled[0]
+    frozen = first.variables == 0
+    fix = (
+        "Set `trainable` before `compile` (Keras 3 reads it when the train function is made) and"
+        " compile again before training; for a Keras 2 GAN, recompile the discriminator after"
+        " setting `discriminator.trainable = True` again."
+        if frozen
+        else "Check the learning rate (0?) and that the loss depends on the weights (gradients"
+        " None or zero: a `stop_gradient`, `.numpy()`, variables outside the tape)."
+    )
+    return Finding(
+        code=CODE,
+        severity="warning",
+        title=f"No learning: {_cause(first)}",
+        detail="; ".join(_cause(s) for s in stalled)
+        + ". These steps cost their time and changed nothing.",
+        fix=fix,
+        evidence=evidence,
+        impact=0.0,
+    )

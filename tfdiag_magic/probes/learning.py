@@ -1,0 +1,203 @@
+"""Learning probe: whether what trained during the run changed its weights.
+
+What trains is seen by the Keras and optimizer probes: a Keras model about to run its first
+training batch of the run (fit, train_on_batch), and an optimizer whose `apply` a custom loop
+calls for the first time (outside Keras' own training calls, which the model covers). They
+call the recorder's `first_training` / `first_update`, which call the hooks this probe sets.
+Each object is read twice: at that first sight, before its first batch or update, and in
+`finish`. A read takes the optimizer's `iterations` and a fingerprint of each trainable
+variable: a digest of its values, read to the host (inside a tf.function being traced, in
+the eager context that `tf.init_scope` gives). Variables over `FINGERPRINT_ELEMENTS`
+elements, or past `READ_ELEMENTS` elements an object, are counted but not read.
+
+Nothing is read per step: the per-step path only tests a weak reference's membership in a
+set and counts a model's training batches. Only weak references to the user's objects are
+kept, so a model built and trained in a loop is freed as before; one freed before the end
+is left out. At most `WATCHED` objects are read in a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..record import Record, TrainedState
+from ..recorder import Recorder
+
+FINGERPRINT_ELEMENTS = 1 << 22  # 16 MiB of float32: read to the host once at each end
+READ_ELEMENTS = 1 << 24  # elements read in all for one object, at one end
+WATCHED = 32
+
+
+@dataclass
+class _Watched:
+    kind: str
+    name: str
+    target: weakref.ref[Any]  # the model, or the optimizer
+    optimizer: Any  # weak reference to the optimizer, or None
+    optimizer_class: str
+    iterations: int
+    variables: list[tuple[weakref.ref[Any], bytes | None]]  # each with its fingerprint
+
+
+class LearningProbe:
+    name = "learning"
+
+    def __init__(self) -> None:
+        self._rec: Recorder | None = None
+        self._watched: list[_Watched] = []
+
+    def install(self, recorder: Recorder) -> None:
+        self._rec = recorder
+        self._watched = []
+        recorder.on_first_training = self._model_seen
+        recorder.on_first_update = self._optimizer_seen
+
+    def remove(self) -> None:
+        if self._rec is not None:
+            self._rec.on_first_training = self._rec.on_first_update = None
+
+    def finish(self, record: Record) -> None:
+        """Read each watched object again, and write what changed to `record.trained`."""
+        rec, watched = self._rec, self._watched
+        self._rec, self._watched = None, []
+        batches = rec.trained if rec is not None else {}
+        for each in watched:
+            try:
+                state = _final(each, batches)
+            except Exception:  # a state that cannot be read is no fact
+                continue
+            if state is not None:
+                record.trained.append(state)
+
+    def _model_seen(self, model: Any) -> None:
+        if len(self._watched) >= WATCHED:
+            return
+        try:
+            optimizer = getattr(model, "optimizer", None)
+            self._watched.append(
+                _Watched(
+                    kind="model",
+                    name=str(getattr(model, "name", "?")),
+                    target=weakref.ref(model),
+                    optimizer=weakref.ref(optimizer) if optimizer is not None else None,
+                    optimizer_class=type(optimizer).__name__ if optimizer is not None else "",
+                    iterations=_iterations(optimizer),
+                    variables=_fingerprints(list(model.trainable_variables)),
+                )
+            )
+        except Exception:  # never the user's run's problem
+            return
+
+    def _optimizer_seen(self, optimizer: Any, variables: Any) -> None:
+        if len(self._watched) >= WATCHED:
+            return
+        try:
+            if variables is None:
+                variables = getattr(optimizer, "_trainable_variables", None) or []
+            self._watched.append(
+                _Watched(
+                    kind="optimizer",
+                    name=str(getattr(optimizer, "name", "?")),
+                    target=weakref.ref(optimizer),
+                    optimizer=weakref.ref(optimizer),
+                    optimizer_class=type(optimizer).__name__,
+                    iterations=_iterations(optimizer),
+                    variables=_fingerprints(list(variables)),
+                )
+            )
+        except Exception:
+            return
+
+
+def _final(watched: _Watched, batches: dict[Any, int]) -> TrainedState | None:
+    target = watched.target()
+    if target is None:  # freed before the end: its end state is unknown
+        return None
+    optimizer = watched.optimizer() if watched.optimizer is not None else None
+    first = [(ref(), digest) for ref, digest in watched.variables]
+    alive = [variable for variable, _ in first if variable is not None]
+    known = {id(variable) for variable in alive}
+    again = _fingerprints(alive)
+    now = {id(variable): digest for variable, (_, digest) in zip(alive, again, strict=True)}
+    # A variable gone, or one not read at either end, counts as changed: nothing says it is not.
+    changed = sum(
+        1
+        for variable, digest in first
+        if digest is not None
+        and (variable is None or now.get(id(variable)) is None or now[id(variable)] != digest)
+    )
+    if watched.kind == "model":
+        last = list(target.trainable_variables)
+        steps = int(batches.get(watched.target, 0))
+        weights = len(target.weights)
+    else:
+        last = alive
+        steps = weights = -1
+    return TrainedState(
+        kind=watched.kind,
+        name=watched.name,
+        optimizer=watched.optimizer_class,
+        steps=steps,
+        iterations_first=watched.iterations,
+        iterations_last=_iterations(optimizer),
+        learning_rate=_learning_rate(optimizer),
+        variables=len(first),
+        variables_read=sum(1 for _, digest in first if digest is not None),
+        variables_changed=changed,
+        variables_last=len(last),
+        variables_new=sum(1 for variable in last if id(variable) not in known),
+        weights=weights,
+    )
+
+
+def _fingerprints(variables: list[Any]) -> list[tuple[weakref.ref[Any], bytes | None]]:
+    """Each variable with a digest of its values; None for one too large to read."""
+    import tensorflow as tf
+
+    budget = READ_ELEMENTS
+    out: list[tuple[weakref.ref[Any], bytes | None]] = []
+    with tf.init_scope():
+        for variable in variables:
+            digest = None
+            try:
+                size = math.prod(int(d) for d in variable.shape)
+                if size <= FINGERPRINT_ELEMENTS and size <= budget:
+                    budget -= size
+                    values = np.ascontiguousarray(np.asarray(variable.numpy()))
+                    digest = hashlib.blake2b(values.tobytes(), digest_size=16).digest()
+            except Exception:
+                digest = None
+            out.append((weakref.ref(variable), digest))
+    return out
+
+
+def _iterations(optimizer: Any) -> int:
+    """The optimizer's `iterations` now; -1 when there is none or it cannot be read."""
+    if optimizer is None:
+        return -1
+    import tensorflow as tf
+
+    try:
+        with tf.init_scope():
+            return int(np.asarray(optimizer.iterations.numpy()))
+    except Exception:
+        return -1
+
+
+def _learning_rate(optimizer: Any) -> float:
+    if optimizer is None:
+        return math.nan
+    import tensorflow as tf
+
+    try:
+        with tf.init_scope():
+            rate = optimizer.learning_rate
+            return float(np.asarray(rate.numpy() if hasattr(rate, "numpy") else rate))
+    except Exception:
+        return math.nan

@@ -246,9 +246,8 @@ def _in_place(cell: Cell, names: Aliases, np: str, loop: cst.For) -> dict | None
 def _appended(cell: Cell, names: Aliases, np: str, loop: cst.For) -> dict | None:
     """``out = []`` then ``for v in a: out.append(f(v))``."""
     block = cell.parent(loop)
-    if not m.matches(loop, m.For(m.Name(), m.Name(), orelse=None)) or not m.matches(
-        block, m.Module() | m.IndentedBlock()
-    ):
+    plain = m.For(m.Name(), m.Name(), orelse=None, asynchronous=None)  # not ``async for``
+    if not m.matches(loop, plain) or not m.matches(block, m.Module() | m.IndentedBlock()):
         return None
     element, source = loop.target.value, loop.iter.value
     position = next(i for i, statement in enumerate(block.body) if statement is loop)

@@ -34,6 +34,7 @@ import os
 from pathlib import Path
 
 import libcst as cst
+import libcst.matchers as m
 
 from .batch_size import batch_size_literals, is_keras_compile
 from .common import (
@@ -49,16 +50,13 @@ from .common import (
     insert_before,
     int_value,
     leading_comment,
-    method_name,
     parse_expr,
     parse_stmts,
     positional_args,
     replace,
     rewrite_cell,
     set_kwarg,
-    single_small,
     stored_names,
-    walk,
 )
 
 # Keras names under optimizers. that are not Keras 3 optimizers taking the option.
@@ -115,11 +113,8 @@ def _rewrite(cell: Cell, steps: int) -> cst.Module | None:
             return None
         edits[literal] = cst.Integer(str(value // steps))
 
-    uses_tape = any(
-        isinstance(n, cst.Call) and (dotted(n.func) or "").endswith("GradientTape")
-        for n in walk(module)
-    )
-    if uses_tape:
+    tape = m.Call(m.MatchIfTrue(lambda func: (dotted(func) or "").endswith("GradientTape")))
+    if m.findall(module, tape):
         return _custom_step(cell, names, steps, edits)
     return _keras_optimizer(cell, names, steps, edits)
 
@@ -133,7 +128,7 @@ def _keras_optimizer(
     if not keras_supports_accumulation():
         return None
     module = cell.module
-    compiles = [n for n in walk(module) if is_keras_compile(n)]
+    compiles = m.findall(module, m.MatchIfTrue(is_keras_compile))
     if not compiles:
         return None
     keras = names.keras(module)
@@ -184,20 +179,16 @@ def _optimizer_constructor(
         return value
     if not isinstance(value, cst.Name):
         return None
-    assigned = []
-    for node in walk(module):
-        if node is compile_call:
-            break
-        if (
-            isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0].target, cst.Name)
-            and node.targets[0].target.value == value.value
-        ):
-            assigned.append(node.value)
+    # The assignments of the name that come before the compile call (in source order).
+    found = m.findall(
+        module,
+        m.Assign([m.AssignTarget(m.Name(value.value))])
+        | m.MatchIfTrue(lambda n: n is compile_call),
+    )
+    assigned = found[: found.index(compile_call)]
     if len(assigned) != 1:
         return None
-    return _optimizer_constructor(names, module, assigned[0], compile_call)
+    return _optimizer_constructor(names, module, assigned[0].value, compile_call)
 
 
 # --- (b) a custom GradientTape step --------------------------------------------------------------
@@ -208,7 +199,7 @@ def _custom_step(
 ) -> cst.Module | None:
     module = cell.module
     sites = []
-    for statement in walk(module):
+    for statement in m.findall(module, _APPLY):
         site = _apply_site(cell, statement)
         if site is not None:
             sites.append((statement, *site))
@@ -268,50 +259,50 @@ if {count_name} % {steps_name} == 0:
     return add_import(module, "tensorflow", tf) if missing else module
 
 
+_PAIR = [
+    m.Arg(m.SaveMatchedNode(m.Name(), "grads"), keyword=None, star=""),
+    m.Arg(m.SaveMatchedNode(m.DoNotCare(), "variables"), keyword=None, star=""),
+]
+_ZIP = m.Call(m.Name("zip"), _PAIR)
+_OPTIMIZER = m.SaveMatchedNode(m.DoNotCare(), "optimizer")
+# ``optimizer.apply_gradients(zip(grads, variables))`` (or ``list(zip(...))``) or
+# ``optimizer.apply(grads, variables)``, a line of its own
+_APPLY = m.SimpleStatementLine(
+    [
+        m.Expr(
+            m.Call(
+                m.Attribute(_OPTIMIZER, m.Name("apply_gradients")),
+                [m.Arg(_ZIP | m.Call(m.Name("list"), [m.Arg(_ZIP)]))],
+            )
+            | m.Call(m.Attribute(_OPTIMIZER, m.Name("apply")), _PAIR)
+        )
+    ]
+)
+_GRADIENT = m.SimpleStatementLine(
+    [m.Assign([m.AssignTarget(m.Name())], m.Call(m.Attribute(attr=m.Name("gradient"))))]
+)
+
+
 def _apply_site(
-    cell: Cell, statement: cst.CSTNode
+    cell: Cell, statement: cst.SimpleStatementLine
 ) -> tuple[cst.BaseExpression, str, cst.BaseExpression] | None:
-    """(optimizer, gradients name, variables) when `statement` applies a tape's gradients.
+    """(optimizer, gradients name, variables) when `statement` (an `_APPLY`) applies a tape's
+    gradients.
 
     The gradients must come from ``... = tape.gradient(...)``, the last binding of that name
     before `statement` in the same block.
     """
-    small = single_small(statement)
-    if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
-        return None
-    call = small.value
-    method = method_name(call)
-    if method == "apply_gradients" and len(call.args) == 1:
-        pairs = call.args[0].value
-        if isinstance(pairs, cst.Call) and dotted(pairs.func) == "list" and len(pairs.args) == 1:
-            pairs = pairs.args[0].value
-        if not (isinstance(pairs, cst.Call) and dotted(pairs.func) == "zip"):
-            return None
-        args = pairs.args
-    elif method == "apply":
-        args = call.args
-    else:
-        return None
-    if len(args) != 2 or any(a.keyword or a.star for a in args):
-        return None
-    grads, variables = args[0].value, args[1].value
-    if not isinstance(grads, cst.Name):
-        return None
+    found = m.extract(statement, _APPLY)
     block = cell.parent(statement)
-    if not isinstance(block, cst.IndentedBlock | cst.Module):
+    if found is None or not isinstance(block, cst.IndentedBlock | cst.Module):
         return None
+    grads = found["grads"].value
     last_assignment = None
     for other in block.body:
         if other is statement:
             break
-        if grads.value in stored_names(other):
+        if grads in stored_names(other):
             last_assignment = other
-    assigned = single_small(last_assignment) if last_assignment is not None else None
-    if not (
-        isinstance(assigned, cst.Assign)
-        and len(assigned.targets) == 1
-        and isinstance(assigned.targets[0].target, cst.Name)
-        and method_name(assigned.value) == "gradient"
-    ):
+    if last_assignment is None or not m.matches(last_assignment, _GRADIENT):
         return None
-    return call.func.value, grads.value, variables
+    return found["optimizer"], grads, found["variables"]

@@ -238,11 +238,6 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
     return None
 
 
-def call_name(call: cst.CSTNode) -> str | None:
-    """The dotted name a call calls (``model.fit`` for ``model.fit(...)``), else None."""
-    return dotted(call.func) if isinstance(call, cst.Call) else None
-
-
 def method_name(call: cst.CSTNode) -> str | None:
     """The attribute a method call ends with (``fit`` for ``anything.fit(...)``)."""
     if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):

@@ -18,9 +18,8 @@ total the cell later reads as a tensor (``total.numpy()``, ``losses[-1].numpy()`
 
 from __future__ import annotations
 
-import ast
-
 import libcst as cst
+import libcst.matchers as m
 
 from .common import (
     Aliases,
@@ -31,7 +30,6 @@ from .common import (
     method_name,
     replace,
     rewrite_cell,
-    walk,
     walk_skipping_defs,
 )
 
@@ -60,16 +58,24 @@ def detach_appends(source: str, *, names: dict[str, str] | None = None) -> str |
     return rewrite_cell(source, lambda cell: _rewrite(cell, names))
 
 
+_KEPT = m.Call(
+    m.Attribute(m.SaveMatchedNode(m.DoNotCare(), "container"), m.Name("append")),
+    [m.Arg(m.SaveMatchedNode(m.Name(), "kept"), keyword=None, star="")],
+) | m.AugAssign(
+    m.SaveMatchedNode(m.DoNotCare(), "container"),
+    m.AddAssign(),
+    m.SaveMatchedNode(m.Name(), "kept"),
+)
+
+
 def _rewrite(cell: Cell, modes: dict[str, str] | None) -> cst.Module | None:
     names = aliases(cell.module)
-    as_tensors = _read_as_tensors(cell.body)
+    as_tensors = _read_as_tensors(cell.module)
     edits: dict[cst.CSTNode, object] = {}
-    for node in walk(cell.module):
-        kept = _kept_name(node)
-        if kept is None or _container(node) in as_tensors:
-            continue
-        loops = enclosing_loops(cell, node)
-        if not loops:
+    for found in m.extractall(cell.module, _KEPT):
+        kept = found["kept"]
+        loops = enclosing_loops(cell, kept)
+        if dotted(found["container"]) in as_tensors or not loops:
             continue
         call, first = _assigning_call(loops[0], kept.value)
         if call is None:
@@ -78,69 +84,30 @@ def _rewrite(cell: Cell, modes: dict[str, str] | None) -> cst.Module | None:
             mode = modes.get(kept.value)
         else:
             mode = "float" if _looks_like_device_loss(names, kept.value, call, first) else None
-        if mode is None:
-            continue
         if mode == "float":
-            new = cst.Call(func=cst.Name("float"), args=[cst.Arg(kept)])
-        else:
-            new = cst.Call(func=cst.Attribute(value=kept, attr=cst.Name("numpy")), args=[])
-        edits[kept] = new
+            edits[kept] = cst.Call(cst.Name("float"), [cst.Arg(kept)])
+        elif mode == "numpy":
+            edits[kept] = cst.Call(cst.Attribute(kept, cst.Name("numpy")))
     return replace(cell.module, edits) if edits else None
 
 
-def _container(node: cst.CSTNode) -> str | None:
-    """The list appended to, or the total added to."""
-    if isinstance(node, cst.Call):
-        return dotted(node.func.value)
-    return dotted(node.target) if isinstance(node, cst.AugAssign) else None
-
-
-def _read_as_tensors(body: str) -> set[str]:
+def _read_as_tensors(module: cst.Module) -> set[str]:
     """Names whose values (or elements) the cell later uses as tensors: ``.numpy()`` on
     ``total``, on ``losses[i]``, or on ``l`` of ``for l in losses`` / ``[... for l in losses]``.
     Detaching those would break that code.
     """
-    tree = ast.parse(body)
-    iterated: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.For | ast.comprehension) and isinstance(node.iter, ast.Name):
-            for target in ast.walk(node.target):
-                if isinstance(target, ast.Name):
-                    iterated[target.id] = node.iter.id
+    iterated: dict[str, set[str]] = {}
+    for loop in m.findall(
+        module, m.For(iter=m.Name(), asynchronous=None) | m.CompFor(iter=m.Name())
+    ):
+        for target in m.findall(loop.target, m.Name()):
+            iterated.setdefault(target.value, set()).add(loop.iter.value)
+    used = m.Name("numpy") | m.Name("item") | m.Name("shape") | m.Name("dtype")
     found = set()
-    for node in ast.walk(tree):
-        if not (
-            isinstance(node, ast.Attribute) and node.attr in ("numpy", "item", "shape", "dtype")
-        ):
-            continue
-        value = node.value
-        if isinstance(value, ast.Subscript):
-            value = value.value
-        if isinstance(value, ast.Name):
-            found.add(value.id)
-            if value.id in iterated:
-                found.add(iterated[value.id])
+    for node in m.findall(module, m.Attribute(m.Name() | m.Subscript(m.Name()), attr=used)):
+        name = m.findall(node.value, m.Name())[0].value  # ``a`` of ``a`` or ``a[...]``
+        found |= {name, *iterated.get(name, ())}
     return found
-
-
-def _kept_name(node: cst.CSTNode) -> cst.Name | None:
-    """``v`` of ``lst.append(v)`` or ``total += v``."""
-    if (
-        isinstance(node, cst.Call)
-        and method_name(node) == "append"
-        and len(node.args) == 1
-        and not node.args[0].star
-        and node.args[0].keyword is None
-        and isinstance(node.args[0].value, cst.Name)
-    ):
-        return node.args[0].value
-    if (
-        isinstance(node, cst.AugAssign)
-        and isinstance(node.operator, cst.AddAssign)
-        and isinstance(node.value, cst.Name)
-    ):
-        return node.value
-    return None
 
 
 def _assigning_call(loop: cst.CSTNode, name: str) -> tuple[cst.Call | None, bool]:
@@ -169,13 +136,9 @@ def _assigning_call(loop: cst.CSTNode, name: str) -> tuple[cst.Call | None, bool
 
 def _position(target: cst.CSTNode, name: str) -> int | None:
     """0 when `target` is `name`, its index in a tuple/list target, else None."""
-    if isinstance(target, cst.Name):
-        return 0 if target.value == name else None
-    if isinstance(target, cst.Tuple | cst.List):
-        for index, element in enumerate(target.elements):
-            if isinstance(element.value, cst.Name) and element.value.value == name:
-                return index
-    return None
+    many = m.matches(target, m.Tuple() | m.List())
+    elements = [e.value for e in target.elements] if many else [target]
+    return next((i for i, e in enumerate(elements) if m.matches(e, m.Name(name))), None)
 
 
 def _looks_like_device_loss(names: Aliases, name: str, call: cst.Call, first: bool) -> bool:

@@ -17,13 +17,13 @@ layers, models or optimizers, ``global``/``nonlocal``, ``yield``.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from .common import (
     Aliases,
     Cell,
     add_import,
     aliases,
-    call_name,
     dotted,
     find_kwarg,
     import_alias,
@@ -31,7 +31,6 @@ from .common import (
     remove_args,
     replace,
     rewrite_cell,
-    walk,
     walk_skipping_defs,
 )
 
@@ -54,39 +53,39 @@ def is_tf_function(names: Aliases, expr: cst.CSTNode) -> bool:
 
 def wrapped_functions(names: Aliases, module: cst.Module) -> set[str]:
     """Names of functions the cell passes to ``tf.function(f)``."""
-    wrapped = set()
-    for node in walk(module):
-        if isinstance(node, cst.Call) and is_tf_function(names, node) and node.args:
-            name = dotted(node.args[0].value)
-            if name is not None:
-                wrapped.add(name)
-    return wrapped
+    calls = m.findall(module, m.Call(args=[m.Arg(), m.ZeroOrMore()]))
+    wrapped = {dotted(c.args[0].value) for c in calls if is_tf_function(names, c)}
+    return wrapped - {None}
 
 
 def _is_step(names: Aliases, func: cst.FunctionDef) -> bool:
-    methods = {method_name(n) for n in walk_skipping_defs(func) if isinstance(n, cst.Call)}
+    methods = {method_name(n) for n in walk_skipping_defs(func)}
     return "gradient" in methods and bool(methods & {"apply_gradients", "apply"})
+
+
+_UNSAFE = (
+    m.Global()
+    | m.Nonlocal()
+    | m.Yield()
+    | m.Call(m.Name(m.MatchIfTrue(_UNSAFE_BUILTINS.__contains__)))
+    | m.Call(m.Attribute(attr=m.Name(m.MatchIfTrue(_UNSAFE_METHODS.__contains__))))
+)
 
 
 def _graph_safe(names: Aliases, func: cst.FunctionDef) -> bool:
     for node in walk_skipping_defs(func):
-        if isinstance(node, cst.Global | cst.Nonlocal | cst.Yield):
+        if m.matches(node, _UNSAFE):
             return False
-        if not isinstance(node, cst.Call):
-            continue
-        name = call_name(node)
-        if isinstance(node.func, cst.Name) and node.func.value in _UNSAFE_BUILTINS:
-            return False
-        if method_name(node) in _UNSAFE_METHODS:
-            return False
-        qualified = names.qualify(name) or ""
-        if qualified.split(".")[0] in ("numpy", "time"):
-            return False
-        if qualified == "tensorflow.Variable":
-            return False
-        keras_name = names.keras_name(name) or ""
-        if keras_name.startswith(_BUILDERS):
-            return False
+        if isinstance(node, cst.Call):
+            name = dotted(node.func)
+            qualified = names.qualify(name) or ""
+            keras_name = names.keras_name(name) or ""
+            if (
+                qualified.split(".")[0] in ("numpy", "time")
+                or qualified == "tensorflow.Variable"
+                or keras_name.startswith(_BUILDERS)
+            ):
+                return False
     return True
 
 
@@ -96,7 +95,8 @@ def _rewrite(cell: Cell) -> cst.Module | None:
     wrapped = wrapped_functions(names, module)
     edits: dict[cst.CSTNode, object] = {}
     to_decorate: list[cst.FunctionDef] = []
-    for node in walk(module):
+    compile_call = m.Call(m.Attribute(attr=m.Name("compile")))
+    for node in m.findall(module, m.FunctionDef() | compile_call | m.SimpleStatementLine()):
         if isinstance(node, cst.FunctionDef):
             block = cell.parent(node)
             if isinstance(cell.parent(block), cst.ClassDef):
@@ -105,13 +105,13 @@ def _rewrite(cell: Cell) -> cst.Module | None:
                 continue
             if _is_step(names, node) and _graph_safe(names, node):
                 to_decorate.append(node)
-        elif isinstance(node, cst.Call) and method_name(node) == "compile":
+        elif isinstance(node, cst.Call):
             flag = find_kwarg(node, "run_eagerly")
-            if flag is not None and isinstance(flag.value, cst.Name) and flag.value.value == "True":
+            if flag is not None and m.matches(flag.value, m.Name("True")):
                 edits[node] = lambda call, flag=flag: remove_args(
                     call, [a for a in call.args if a.keyword and a.keyword.value == "run_eagerly"]
                 )
-        elif isinstance(node, cst.SimpleStatementLine):
+        else:
             for small in node.body:
                 if _eager_switch(names, small):
                     edits[small] = _switched_off
@@ -148,27 +148,16 @@ def _switched_off(node: cst.CSTNode) -> cst.CSTNode:
     return node
 
 
+_SWITCHES = (
+    "tensorflow.config.run_functions_eagerly",
+    "tensorflow.config.experimental_run_functions_eagerly",
+)
+
+
 def _eager_switch(names: Aliases, small: cst.CSTNode) -> bool:
     """``tf.config.run_functions_eagerly(True)`` or ``model.run_eagerly = True``."""
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        call = small.value
-        qualified = names.qualify(call_name(call))
-        return (
-            qualified
-            in (
-                "tensorflow.config.run_functions_eagerly",
-                "tensorflow.config.experimental_run_functions_eagerly",
-            )
-            and len(call.args) == 1
-            and isinstance(call.args[0].value, cst.Name)
-            and call.args[0].value.value == "True"
-        )
-    if isinstance(small, cst.Assign) and len(small.targets) == 1:
-        target = small.targets[0].target
-        return (
-            isinstance(target, cst.Attribute)
-            and target.attr.value == "run_eagerly"
-            and isinstance(small.value, cst.Name)
-            and small.value.value == "True"
-        )
-    return False
+    switch = m.Call(
+        m.MatchIfTrue(lambda f: names.qualify(dotted(f)) in _SWITCHES), [m.Arg(m.Name("True"))]
+    )
+    attribute = m.AssignTarget(m.Attribute(attr=m.Name("run_eagerly")))
+    return m.matches(small, m.Expr(switch) | m.Assign([attribute], m.Name("True")))

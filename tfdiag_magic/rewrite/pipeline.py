@@ -22,6 +22,7 @@ utility, at ``tfds.load`` or at a name assigned from such a chain.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from .common import (
     Aliases,
@@ -37,8 +38,6 @@ from .common import (
     replace,
     rewrite_cell,
     set_kwarg,
-    single_small,
-    walk,
 )
 
 # Positional index of num_parallel_calls in each method.
@@ -56,17 +55,6 @@ def tune_input_pipeline(source: str, cache: bool = False) -> str | None:
     return rewrite_cell(source, lambda cell: _rewrite(cell, cache))
 
 
-def _chain_root(names: Aliases, expr: cst.CSTNode) -> cst.CSTNode:
-    """Where a method chain starts: its source call, or the name it continues."""
-    while (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and not _is_source(names, expr)
-    ):
-        expr = expr.func.value
-    return expr
-
-
 def _is_source(names: Aliases, expr: cst.CSTNode) -> bool:
     if not isinstance(expr, cst.Call):
         return False
@@ -81,38 +69,31 @@ def _is_source(names: Aliases, expr: cst.CSTNode) -> bool:
 def dataset_names(names: Aliases, module: cst.Module) -> set[str]:
     """Names the cell assigns from tf.data chains (also through other such names)."""
     found: set[str] = set()
+    assigns = m.findall(module, m.Assign([m.AssignTarget(m.Name())]))
     changed = True
     while changed:
-        changed = False
-        for node in walk(module):
-            if (
-                isinstance(node, cst.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0].target, cst.Name)
-                and node.targets[0].target.value not in found
-                and _is_chain(names, node.value, found)
-            ):
-                found.add(node.targets[0].target.value)
-                changed = True
+        new = {a.targets[0].target.value for a in assigns if _is_chain(names, a.value, found)}
+        changed = bool(new - found)
+        found |= new
     return found
 
 
 def _is_chain(names: Aliases, expr: cst.CSTNode, datasets: set[str]) -> bool:
-    root = _chain_root(names, expr)
+    """Whether `expr` is a method chain from a dataset source or from a name in `datasets`."""
+    calls = _chain_calls(names, expr)
+    root = calls[-1].func.value if calls else expr  # the source call, or the name continued
     if isinstance(root, cst.Name):
         return root.value in datasets
     return _is_source(names, root)
 
 
-def _chain_calls(names: Aliases, expr: cst.CSTNode, datasets: set[str]) -> list[cst.Call]:
-    """The method calls of a dataset chain, outermost first."""
+def _chain_calls(names: Aliases, expr: cst.CSTNode) -> list[cst.Call]:
+    """The method calls of a chain down to its source (or the name it continues), outermost
+    first."""
     calls = []
-    current = expr
-    while isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute):
-        if _is_source(names, current):
-            break
-        calls.append(current)
-        current = current.func.value
+    while m.matches(expr, m.Call(m.Attribute())) and not _is_source(names, expr):
+        calls.append(expr)
+        expr = expr.func.value
     return calls
 
 
@@ -128,9 +109,9 @@ def _rewrite(cell: Cell, cache: bool = False) -> cst.Module | None:
     edits: dict[cst.CSTNode, object] = {}
 
     # Parallel map / interleave.
-    for node in walk(module):
+    for node in m.findall(module, m.Call(m.Attribute(attr=m.Name("map") | m.Name("interleave")))):
         method = method_name(node)
-        if method not in _PARALLEL_POSITION or not _is_chain(names, node.func.value, datasets):
+        if not _is_chain(names, node.func.value, datasets):
             continue
         if find_kwarg(node, "num_parallel_calls") is not None:
             continue
@@ -143,13 +124,13 @@ def _rewrite(cell: Cell, cache: bool = False) -> cst.Module | None:
     # A cache after the deterministic map of the chain that feeds training.
     if cache:
         for chain in _training_chains(cell, names, datasets):
-            target = _cache_point(module, _chain_calls(names, chain, datasets))
+            target = _cache_point(module, _chain_calls(names, chain))
             if target is not None:
                 edits[target] = _append_cache(edits.get(target))
 
     # A final prefetch on the chain that feeds training.
     for chain in _training_chains(cell, names, datasets):
-        calls = _chain_calls(names, chain, datasets)
+        calls = _chain_calls(names, chain)
         if any(method_name(c) == "prefetch" for c in calls):
             continue
         edits[chain] = _append_prefetch(edits.get(chain), autotune)
@@ -186,11 +167,7 @@ def _deterministic_function(module: cst.Module, call: cst.Call) -> bool:
     if isinstance(function, cst.Lambda):
         text = cst.Module(body=[]).code_for_node(function)
     elif isinstance(function, cst.Name):
-        defs = [
-            node
-            for node in walk(module)
-            if isinstance(node, cst.FunctionDef) and node.name.value == function.value
-        ]
+        defs = m.findall(module, m.FunctionDef(m.Name(function.value)))
         if len(defs) != 1:
             return False
         text = cst.Module(body=[]).code_for_node(defs[0])
@@ -245,20 +222,16 @@ def _training_chains(cell: Cell, names: Aliases, datasets: set[str]) -> list[cst
     """The chain expressions that build what ``fit`` trains on or a ``for`` loop iterates."""
     module = cell.module
     used: list[cst.CSTNode] = []
-    for node in walk(module):
-        if method_name(node) == "fit":
+    for node in m.findall(module, m.Call(m.Attribute(attr=m.Name("fit"))) | m.For()):
+        if isinstance(node, cst.Call):
             arg = find_kwarg(node, "x")
             positional = positional_args(node)
             arg = arg or (positional[0] if positional else None)
             if arg is not None:
                 used.append(arg.value)
-        elif isinstance(node, cst.For):
+        else:
             iterated = node.iter
-            if (
-                isinstance(iterated, cst.Call)
-                and dotted(iterated.func) == "enumerate"
-                and iterated.args
-            ):
+            if m.matches(iterated, m.Call(m.Name("enumerate"), [m.Arg(), m.ZeroOrMore()])):
                 iterated = iterated.args[0].value
             used.append(iterated)
     chains: list[cst.Call] = []
@@ -274,24 +247,10 @@ def _training_chains(cell: Cell, names: Aliases, datasets: set[str]) -> list[cst
 
 def _last_top_level_assignment(module: cst.Module, name: str) -> cst.CSTNode | None:
     """The value of the last top-level ``name = ...``, when every binding of `name` is one."""
-    values = []
-    for statement in module.body:
-        small = single_small(statement)
-        if (
-            isinstance(small, cst.Assign)
-            and len(small.targets) == 1
-            and isinstance(small.targets[0].target, cst.Name)
-            and small.targets[0].target.value == name
-        ):
-            values.append(small.value)
-    bindings = sum(
-        1
-        for n in walk(module)
-        if isinstance(n, cst.AssignTarget | cst.For)
-        and isinstance(getattr(n, "target", None), cst.Name)
-        and n.target.value == name
-    )
-    if not values or bindings != len(values):
+    assign = m.Assign([m.AssignTarget(m.Name(name))])
+    values = [s.body[0].value for s in module.body if m.matches(s, m.SimpleStatementLine([assign]))]
+    bindings = m.findall(module, m.AssignTarget(m.Name(name)) | m.For(m.Name(name)))
+    if not values or len(bindings) != len(values):
         return None
     return values[-1]
 

@@ -22,8 +22,11 @@ against one element (true for scalars, and for per-column values against rows).
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
 from .common import (
     Aliases,
@@ -32,15 +35,14 @@ from .common import (
     aliases,
     code_of,
     dotted,
+    expr_ast,
     import_alias,
     loads_after,
     loop_at_line,
     loop_body,
     replace,
     rewrite_cell,
-    single_small,
     stored_names,
-    walk,
 )
 
 _UFUNCS = {
@@ -63,7 +65,6 @@ _ARRAY_USES = {
     "tensorflow.constant",
     "tensorflow.convert_to_tensor",
 }
-_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 
 
 def vectorise_element_loop(source: str, *, loop_lineno: int | None = None) -> str | None:
@@ -78,6 +79,19 @@ class _UnsupportedError(Exception):
     pass
 
 
+_NUMBER = m.Integer() | m.Float() | m.Imaginary()
+_CONSTANT_NAMES = ("True", "False", "None")  # constants to `ast`, so never taken as scalars
+_OPS = m.Add() | m.Subtract() | m.Multiply() | m.Divide() | m.FloorDivide() | m.Modulo() | m.Power()
+
+
+def _sole_index(index, value=None) -> m.Subscript:
+    """``value[index]``: one index, no slice and no trailing comma (matchers of both)."""
+    return m.Subscript(
+        value or m.DoNotCare(), [m.SubscriptElement(m.Index(index), comma=~m.Comma())]
+    )
+
+
+@dataclass
 class _Translator:
     """Rewrites an element expression into the whole-array expression.
 
@@ -85,74 +99,60 @@ class _Translator:
     "reduced" (one value per element, its own axes reduced).
     """
 
-    def __init__(self, names: Aliases, np: str, element, whole: ast.expr, loop_names: set[str],
-                 source: str, reductions: bool) -> None:  # fmt: skip
-        self.names, self.np = names, np
-        self.element = element  # predicate: is this ast node the element?
-        self.whole = whole
-        self.loop_names = loop_names
-        self.source = source
-        self.reductions = reductions
+    names: Aliases
+    np: str
+    element: Callable[[cst.CSTNode], bool]  # is this node the element?
+    source: str  # the array looped over
+    loop_names: set[str]
+    reductions: bool
 
-    def np_attr(self, name: str) -> ast.expr:
-        return ast.parse(f"{self.np}.{name}", mode="eval").body
+    def np_call(self, func: str, *args: cst.BaseExpression | cst.Arg) -> cst.Call:
+        call = cst.ensure_type(cst.parse_expression(f"{self.np}.{func}()"), cst.Call)
+        return call.with_changes(args=[a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args])
 
-    def __call__(self, node: ast.expr) -> tuple[ast.expr, str]:
+    def __call__(self, node: cst.CSTNode) -> tuple[cst.BaseExpression, str]:
         if self.element(node):
-            return self.whole, "elem"
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float, complex):
+            return self.np_call("asarray", cst.Name(self.source)), "elem"
+        if m.matches(node, _NUMBER):
             return node, "scalar"
-        if isinstance(node, ast.Name):
-            if node.id in self.loop_names:
-                raise _UnsupportedError(node.id)
+        name = dotted(node)
+        if name is not None:
+            if name.split(".")[0] in {*self.loop_names, *_CONSTANT_NAMES}:
+                raise _UnsupportedError(name)
             return node, "scalar"
-        if isinstance(node, ast.Attribute) and dotted_ast(node) is not None:
-            if dotted_ast(node).split(".")[0] in self.loop_names:
-                raise _UnsupportedError(ast.unparse(node))
-            return node, "scalar"
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-            operand, kind = self(node.operand)
-            return ast.UnaryOp(node.op, operand), kind
-        if isinstance(node, ast.BinOp) and isinstance(node.op, _OPS):
+        if m.matches(node, m.UnaryOperation(m.Minus() | m.Plus())):
+            operand, kind = self(node.expression)
+            return node.with_changes(expression=operand), kind
+        if m.matches(node, m.BinaryOperation(operator=_OPS)):
             left, left_kind = self(node.left)
             right, right_kind = self(node.right)
-            return ast.BinOp(left, node.op, right), _combine(left_kind, right_kind)
-        if isinstance(node, ast.Call):
+            return node.with_changes(left=left, right=right), _combine(left_kind, right_kind)
+        if m.matches(node, m.Call(args=[m.ZeroOrMore(m.Arg(keyword=None, star=""))])):
             return self.call(node)
-        raise _UnsupportedError(ast.unparse(node))
+        raise _UnsupportedError(code_of(node))
 
-    def call(self, node: ast.Call) -> tuple[ast.expr, str]:
-        name = dotted_ast(node.func)
-        qualified = self.names.qualify(name) or (name if name in ("abs",) else "")
-        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
-            raise _UnsupportedError(ast.unparse(node))
-        func = None
-        if qualified == "abs":
-            func = "abs"
-        elif qualified.startswith("math.") and qualified[5:] in _MATH:
-            func = _MATH[qualified[5:]]
-        elif qualified.startswith("numpy.") and qualified[6:] in _UFUNCS:
-            func = qualified[6:]
-        elif (
-            self.reductions
-            and qualified.startswith("numpy.")
-            and qualified[6:] in _REDUCTIONS
-            and len(node.args) == 1
-        ):
-            arg, kind = self(node.args[0])
+    def call(self, node: cst.Call) -> tuple[cst.BaseExpression, str]:
+        name = dotted(node.func)
+        qualified = self.names.qualify(name) or (name if name == "abs" else "")
+        module, _, func = qualified.rpartition(".")
+        if qualified == "abs" or (module == "numpy" and func in _UFUNCS):
+            pass
+        elif module == "math" and func in _MATH:
+            func = _MATH[func]
+        elif self.reductions and module == "numpy" and func in _REDUCTIONS and len(node.args) == 1:
+            arg, kind = self(node.args[0].value)
             if kind != "elem":
-                raise _UnsupportedError(ast.unparse(node))
-            axes = ast.parse(f"tuple(range(1, {self.np}.ndim({self.source})))", mode="eval").body
-            call = ast.Call(self.np_attr(qualified[6:]), [arg], [ast.keyword("axis", axes)])
-            return call, "reduced"
-        if func is None:
-            raise _UnsupportedError(ast.unparse(node))
+                raise _UnsupportedError(code_of(node))
+            axes = cst.parse_expression(f"tuple(range(1, {self.np}.ndim({self.source})))")
+            return self.np_call(func, arg, cst.Arg(axes, keyword=cst.Name("axis"))), "reduced"
+        else:
+            raise _UnsupportedError(code_of(node))
         args, kind = [], "scalar"
-        for a in node.args:
-            new, arg_kind = self(a)
+        for arg in node.args:
+            new, arg_kind = self(arg.value)
             args.append(new)
             kind = _combine(kind, arg_kind)
-        return ast.Call(self.np_attr(func), args, []), kind
+        return self.np_call(func, *args), kind
 
 
 def _combine(a: str, b: str) -> str:
@@ -164,13 +164,13 @@ def _combine(a: str, b: str) -> str:
     return "scalar"
 
 
-def dotted_ast(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted_ast(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
+def _translated(translate: _Translator, expr: cst.BaseExpression) -> tuple[str, str] | None:
+    """The whole-array expression (laid out as `ast` prints it) and its kind, if it has one."""
+    try:
+        new, kind = translate(expr)
+    except _UnsupportedError:
+        return None
+    return ast.unparse(expr_ast(new)), kind
 
 
 def _rewrite(cell: Cell, loop_lineno: int | None) -> cst.Module | None:
@@ -180,7 +180,7 @@ def _rewrite(cell: Cell, loop_lineno: int | None) -> cst.Module | None:
     if found is None:
         return None
     np, missing = found
-    loops = [n for n in walk(module) if isinstance(n, cst.For)]
+    loops = m.findall(module, m.For())
     if loop_lineno is not None:
         chosen = loop_at_line(cell, loop_lineno)
         loops = [chosen] if isinstance(chosen, cst.For) else []
@@ -192,191 +192,133 @@ def _rewrite(cell: Cell, loop_lineno: int | None) -> cst.Module | None:
     return None
 
 
+_ZERO = m.Name("False") | m.MatchIfTrue(
+    lambda n: isinstance(n, cst.BaseNumber) and n.evaluated_value == 0
+)
+_KEYWORDS = m.ZeroOrMore(m.Arg(keyword=m.Name(), star="") | m.Arg(star="**"))
+# ``len(a)`` (keywords allowed, as before) or ``a.shape[0]`` (any literal equal to 0)
+_SIZE_OF = m.Call(
+    m.Name("len"),
+    [_KEYWORDS, m.Arg(m.SaveMatchedNode(m.Name(), "array"), keyword=None, star=""), _KEYWORDS],
+) | _sole_index(_ZERO, m.Attribute(m.SaveMatchedNode(m.Name(), "array"), m.Name("shape")))
+_RANGE = m.Call(
+    m.Name("range"),
+    [
+        m.ZeroOrOne(m.Arg(m.Integer("0"), keyword=None, star="")),
+        m.Arg(_SIZE_OF, keyword=None, star=""),
+    ],
+)
+_AT = _sole_index(m.SaveMatchedNode(m.Name(), "at"), m.SaveMatchedNode(m.Name(), "destination"))
+_ASSIGN = m.SaveMatchedNode(m.Assign([m.AssignTarget(_AT)]), "assign")
+# ``for i in range(len(a)): out[i] = ...``
+_IN_PLACE = m.For(
+    m.SaveMatchedNode(m.Name(), "index"),
+    _RANGE,
+    m.IndentedBlock([m.SimpleStatementLine([_ASSIGN])]) | m.SimpleStatementSuite([_ASSIGN]),
+    orelse=None,
+)
+
+
 def _in_place(cell: Cell, names: Aliases, np: str, loop: cst.For) -> dict | None:
     """``for i in range(len(a)): out[i] = f(a[i])``."""
-    if loop.orelse is not None or not isinstance(loop.target, cst.Name):
+    found = m.extract(loop, _IN_PLACE)
+    if found is None or found["at"].value != found["index"].value:
         return None
-    index = loop.target.value
-    source = _range_over_length(loop.iter)
-    body = loop_body(loop)
-    small = single_small(body[0]) if len(body) == 1 else None
-    if source is None or not isinstance(small, cst.Assign) or len(small.targets) != 1:
-        return None
-    target = ast.parse(code_of(small.targets[0].target), mode="eval").body
-    if not (
-        isinstance(target, ast.Subscript)
-        and isinstance(target.value, ast.Name)
-        and isinstance(target.slice, ast.Name)
-        and target.slice.id == index
-    ):
-        return None
-    destination = target.value.id
+    index, source = found["index"].value, found["array"].value
+    destination = found["destination"].value
 
-    def is_element(node: ast.expr) -> bool:
-        if not (
-            isinstance(node, ast.Subscript)
-            and isinstance(node.slice, ast.Name)
-            and node.slice.id == index
-        ):
+    def is_element(node: cst.CSTNode) -> bool:
+        if not m.matches(node, _sole_index(m.Name(index))):
             return False
-        if isinstance(node.value, ast.Name) and node.value.id == source:
+        if m.matches(node.value, m.Name(source)):
             return True
         raise _UnsupportedError("another array indexed by the loop")
 
-    whole = ast.parse(f"{np}.asarray({source})", mode="eval").body
-    value = ast.parse("(" + code_of(small.value) + "\n)", mode="eval").body
-    translate = _Translator(names, np, is_element, whole, {index}, source, reductions=False)
-    try:
-        new_value, kind = translate(value)
-    except _UnsupportedError:
-        return None
-    if kind != "elem" or loads_after(cell, {index}, loop):
+    translate = _Translator(names, np, is_element, source, {index}, reductions=False)
+    new = _translated(translate, found["assign"].value)
+    if new is None or new[1] != "elem" or loads_after(cell, {index}, loop):
         return None
     slice_ = ":" if destination == source else f":len({source})"
-    statement = cst.parse_statement(f"{destination}[{slice_}] = {ast.unparse(new_value)}\n")
-    return {loop: _replacing(loop, body[0], statement)}
-
-
-def _range_over_length(iterated: cst.CSTNode) -> str | None:
-    """``a`` of ``range(len(a))``, ``range(0, len(a))`` or ``range(a.shape[0])``."""
-    if not (isinstance(iterated, cst.Call) and dotted(iterated.func) == "range"):
-        return None
-    args = [a.value for a in iterated.args if a.keyword is None and not a.star]
-    if len(args) != len(iterated.args) or not args or len(args) > 2:
-        return None
-    if len(args) == 2:
-        if not (isinstance(args[0], cst.Integer) and args[0].value == "0"):
-            return None
-        args = args[1:]
-    expr = ast.parse(code_of(args[0]), mode="eval").body
-    if (
-        isinstance(expr, ast.Call)
-        and isinstance(expr.func, ast.Name)
-        and expr.func.id == "len"
-        and len(expr.args) == 1
-        and isinstance(expr.args[0], ast.Name)
-    ):
-        return expr.args[0].id
-    if (
-        isinstance(expr, ast.Subscript)
-        and isinstance(expr.value, ast.Attribute)
-        and expr.value.attr == "shape"
-        and isinstance(expr.value.value, ast.Name)
-        and isinstance(expr.slice, ast.Constant)
-        and expr.slice.value == 0
-    ):
-        return expr.value.value.id
-    return None
+    statement = cst.parse_statement(f"{destination}[{slice_}] = {new[0]}\n")
+    return {loop: _replacing(loop, loop_body(loop)[0], statement)}
 
 
 def _appended(cell: Cell, names: Aliases, np: str, loop: cst.For) -> dict | None:
     """``out = []`` then ``for v in a: out.append(f(v))``."""
-    if loop.orelse is not None or not isinstance(loop.target, cst.Name):
-        return None
-    if not isinstance(loop.iter, cst.Name):
+    block = cell.parent(loop)
+    plain = m.For(m.Name(), m.Name(), orelse=None, asynchronous=None)  # not ``async for``
+    if not m.matches(loop, plain) or not m.matches(block, m.Module() | m.IndentedBlock()):
         return None
     element, source = loop.target.value, loop.iter.value
-    block = cell.parent(loop)
-    if not isinstance(block, cst.Module | cst.IndentedBlock):
+    position = next(i for i, statement in enumerate(block.body) if statement is loop)
+    empty_list = m.Assign([m.AssignTarget(m.SaveMatchedNode(m.Name(), "out"))], m.List([]))
+    init = m.extract(block.body[position - 1], m.SimpleStatementLine([empty_list]))
+    if not position or init is None:
         return None
-    statements = list(block.body)
-    position = next(i for i, s in enumerate(statements) if s is loop)
-    init = single_small(statements[position - 1]) if position else None
-    if not (
-        isinstance(init, cst.Assign)
-        and len(init.targets) == 1
-        and isinstance(init.targets[0].target, cst.Name)
-        and isinstance(init.value, cst.List)
-        and not init.value.elements
-    ):
+    out = init["out"].value
+    value = m.SaveMatchedNode(m.DoNotCare(), "value")
+    append = m.Expr(
+        m.Call(m.Attribute(m.Name(out), m.Name("append")), [m.Arg(value, keyword=None, star="")])
+    )
+    temporary = m.SaveMatchedNode(m.Name(), "temporary")
+    assign = m.Assign([m.AssignTarget(temporary)], m.SaveMatchedNode(m.DoNotCare(), "assigned"))
+    found = m.extract(
+        loop.body,
+        m.SimpleStatementSuite([append])
+        | m.IndentedBlock(
+            [m.ZeroOrOne(m.SimpleStatementLine([assign])), m.SimpleStatementLine([append])]
+        ),
+    )
+    if found is None:
         return None
-    out = init.targets[0].target.value
-    body = [single_small(s) for s in loop_body(loop)]
-    if not body or None in body or len(body) > 2:
-        return None
-    append = body[-1]
-    if not (
-        isinstance(append, cst.Expr)
-        and isinstance(append.value, cst.Call)
-        and dotted(append.value.func) == f"{out}.append"
-        and len(append.value.args) == 1
-        and append.value.args[0].keyword is None
-        and not append.value.args[0].star
-    ):
-        return None
-    value = append.value.args[0].value
-    temporary = None
-    if len(body) == 2:
-        assign = body[0]
-        if not (
-            isinstance(assign, cst.Assign)
-            and len(assign.targets) == 1
-            and isinstance(assign.targets[0].target, cst.Name)
-            and isinstance(value, cst.Name)
-            and value.value == assign.targets[0].target.value
-        ):
+    value, temporary = found["value"], found.get("temporary")
+    if temporary is not None:
+        if not m.matches(value, m.Name(temporary.value)):
             return None
-        temporary = value.value
-        value = assign.value
+        value, temporary = found["assigned"], temporary.value
     loop_names = stored_names(loop) - {element}
     if source in loop_names or out in loop_names - {temporary}:
         return None
-
-    def is_element(node: ast.expr) -> bool:
-        return isinstance(node, ast.Name) and node.id == element
-
-    whole = ast.parse(f"{np}.asarray({source})", mode="eval").body
-    expr = ast.parse("(" + code_of(value) + "\n)", mode="eval").body
-    translate = _Translator(names, np, is_element, whole, loop_names, source, reductions=True)
-    try:
-        new_value, kind = translate(expr)
-    except _UnsupportedError:
-        return None
-    if kind == "scalar":
+    translate = _Translator(
+        names,
+        np,
+        lambda node: m.matches(node, m.Name(element)),
+        source,
+        loop_names,
+        reductions=True,
+    )
+    new = _translated(translate, value)
+    if new is None or new[1] == "scalar":
         return None
     if loads_after(cell, {element} | ({temporary} if temporary else set()), loop):
         return None
     if not _only_array_uses(cell, names, out, loop):
         return None
-    statement = cst.parse_statement(f"{out} = {ast.unparse(new_value)}\n")
+    statement = cst.parse_statement(f"{out} = {new[0]}\n")
     comments = [line for s in loop_body(loop) for line in s.leading_lines if line.comment]
     statement = statement.with_changes(
-        leading_lines=[*statements[position - 1].leading_lines, *loop.leading_lines, *comments]
+        leading_lines=[*block.body[position - 1].leading_lines, *loop.leading_lines, *comments]
     )
-    return {statements[position - 1]: cst.RemovalSentinel.REMOVE, loop: statement}
+    return {block.body[position - 1]: cst.RemovalSentinel.REMOVE, loop: statement}
 
 
 def _only_array_uses(cell: Cell, names: Aliases, out: str, loop: cst.For) -> bool:
     """Every read of `out` after the loop takes an array as well as a list."""
-    tree = ast.parse(cell.body)
-    end = max(
-        getattr(n, "end_lineno", 0) or 0
-        for n in ast.walk(tree)
-        if isinstance(n, ast.For) and n.lineno == cell.line(loop) - cell.line_offset
-    )
-    allowed: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
-            callee = dotted_ast(node.func)
-            qualified = names.qualify(callee) or callee
-            arg = node.args[0]
-            takes_either = (
-                qualified in _ARRAY_USES
-                or callee == "len"
-                or (qualified.startswith("numpy.") and qualified[6:] in _REDUCTIONS)
-            )
-            if takes_either and isinstance(arg, ast.Name):
-                allowed.add(id(arg))
-    for node in ast.walk(tree):
+    allowed = set()
+    for call in m.findall(cell.module, m.Call(args=[m.Arg(m.Name(), keyword=None, star="")])):
+        callee = dotted(call.func)
+        qualified = names.qualify(callee) or callee or ""
+        module, _, func = qualified.rpartition(".")
         if (
-            isinstance(node, ast.Name)
-            and node.id == out
-            and isinstance(node.ctx, ast.Load)
-            and node.lineno > end
-            and id(node) not in allowed
+            qualified in _ARRAY_USES
+            or callee == "len"
+            or (module == "numpy" and func in _REDUCTIONS)
         ):
-            return False
-    return True
+            allowed.add(id(call.args[0].value))
+    end = cell.end_line(loop)
+    return not any(
+        n.value == out and cell.line(n) > end and id(n) not in allowed for n in cell.loads
+    )
 
 
 def _replacing(loop: cst.For, statement: cst.CSTNode, new: cst.BaseStatement) -> cst.CSTNode:

@@ -43,12 +43,13 @@ def test_a_train_step_moves_the_anchor_and_any_other_step_does_not():
 def test_after_a_train_step_the_next_loop_item_starts_the_next_eager_step():
     rec = Recorder()
     start = perf_counter()
-    rec.loop_advanced(start, 0.0)  # the first item: the next eager step's work begins here
+    loop = rec.begin_loop(0)
+    rec.next_item(loop, start, start)  # the first item: the next eager step's work begins here
     assert rec.anchor == start
-    rec.loop_advanced(start + 1.0, 0.0)  # accumulation: no step yet, the anchor stays
+    rec.next_item(loop, start + 1.0, start + 1.0)  # accumulation: no step yet, the anchor stays
     assert rec.anchor == start
     rec.add_step(Phase.TRAIN, Kind.EAGER_UPDATE, start, start + 2.0, np.nan, -1, True)
-    rec.loop_advanced(start + 3.0, 0.0)
+    rec.next_item(loop, start + 3.0, start + 3.0)
     assert rec.anchor == start + 3.0
 
 

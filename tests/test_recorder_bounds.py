@@ -102,12 +102,19 @@ def _feed_from(rec: Recorder, first: int, n: int) -> None:
 
 
 def test_a_thinning_in_the_middle_of_fit_keeps_losses_and_callback_times_on_their_rows():
-    """Keras-like batches: device losses read later, callback time added after the row, and
-    every 40th batch a callback that runs predict (rows of its own) before its time is added."""
+    """Keras-like batches: device losses read later, each row written with its callbacks' time
+    once they are done, and every 40th batch a callback that runs predict (rows of its own,
+    appended before the batch's row, started after it)."""
     rec = Recorder(full_rows=FULL, tail_rows=TAIL)
     callbacks = {}  # row index -> callback seconds given to it
     for batch in range(3_000):
         start = rec.t0 + batch * 0.01
+        if batch % 40 == 39:  # the callback predicts: 3 rows appended before the batch's row
+            for k in range(3):
+                s = start + 0.003 + k * 0.001
+                rec.add_step(Phase.PREDICT, Kind.KERAS, s, s + 0.0005, math.nan, 0, False)
+        seconds = 0.0001 * (1 + batch % 5)
+        # The batch's row comes once its callbacks are done, with their time.
         rec.add_step(
             Phase.TRAIN,
             Kind.KERAS,
@@ -117,15 +124,9 @@ def test_a_thinning_in_the_middle_of_fit_keeps_losses_and_callback_times_on_thei
             0,
             False,
             DeviceLoss(batch * 0.5),
+            callback_time=seconds,
         )
-        row = rec.count - 1
-        if batch % 40 == 39:  # the callback predicts: 3 rows appended after the batch's row
-            for k in range(3):
-                s = start + 0.003 + k * 0.001
-                rec.add_step(Phase.PREDICT, Kind.KERAS, s, s + 0.0005, math.nan, 0, False)
-        seconds = 0.0001 * (1 + batch % 5)
-        rec.add_callback_time(seconds, row=row)
-        callbacks[row] = seconds
+        callbacks[rec.count - 1] = seconds
     record = rec.finish()
     assert record.reduced
     steps = record.steps

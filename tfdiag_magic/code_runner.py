@@ -14,6 +14,7 @@ from types import CodeType
 from typing import Any
 
 from .instrument import instrument_loops
+from .instrument_conversions import mark_conversions
 from .record import LoopInfo
 
 Compiler = Callable[[Any, str, str], CodeType]
@@ -95,7 +96,8 @@ def prepare(
             loops.append(LoopInfo(id=len(loops), lineno=lineno, source=text))
             return len(loops) - 1
 
-        instrument_loops(tree, source, register)
+        if instrument_loops(tree, source, register):
+            mark_conversions(tree)  # only inside loops, whose runtime the run then installs
     body = compiler(tree, filename, "exec")
     last_code = None
     if last is not None:

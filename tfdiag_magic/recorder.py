@@ -69,6 +69,8 @@ _WAIT = ROW_FIELDS.index("data_wait")
 _EAGER = ROW_FIELDS.index("eager")
 _HOST_BYTES = ROW_FIELDS.index("host_bytes")
 _TRAIN = int(Phase.TRAIN)
+_LOOP_KIND = int(Kind.LOOP)
+_LOOP_PHASE = int(Phase.LOOP)
 _SUM = {name: i for i, name in enumerate(DROPPED_SUMS)}
 # The step table keeps its first FULL_ROWS rows as they came (29 MB of float64 rows); past them
 # the buffer holds at most TAIL_ROWS more before it is thinned, so a run of any length holds
@@ -91,13 +93,20 @@ LOSS_BATCH = 4096  # at most this many losses wait; all are read at every memory
 NAN = math.nan
 
 
+class _Here(threading.local):
+    """Per-thread flag: `main` is set to True on the recorder's thread only."""
+
+    main = False
+
+
 class OpenLoop:
     """An iteration-tracking state for one loop of the cell while it runs."""
 
-    __slots__ = ("has_steps", "index", "loop_id", "open", "start", "wait")
+    __slots__ = ("has_steps", "index", "loop_id", "open", "start", "totals", "wait")
 
-    def __init__(self, loop_id: int) -> None:
+    def __init__(self, loop_id: int, totals: list[Any]) -> None:
         self.loop_id = loop_id
+        self.totals = totals  # the loop's [iterations, seconds, wait, dropped] in loop_totals
         self.index = -1
         self.start = 0.0
         self.wait = 0.0
@@ -136,6 +145,10 @@ class Recorder:
     ) -> None:
         self.t0 = perf_counter()
         self.thread_id = threading.get_ident()
+        # `here.main` is True on this thread only: the hot path's thread test is an attribute
+        # read, not a call (a thread-local's class attribute is what other threads see).
+        self.here = _Here()
+        self.here.main = True
         self.memory_interval = memory_interval
         self._rows = array("d")  # WIDTH float64 per step, in ROW_FIELDS order
         # The table's layout (see `_thin`): rows [0, full_rows) as they came, then `_sampled`
@@ -161,6 +174,7 @@ class Recorder:
         self.functions: dict[int, Any] = {}  # id(tf.function) -> FunctionEntry, see tf_functions
         self.retired_functions: list[Any] = []  # entries of functions that are gone
         self.traces: list[Any] = []  # TraceEvent, appended while tracing
+        self.trace_count = 0  # len(traces), read by the hot path without a call
         self.optimizer_depth = 0
         self.fused_groups: list[tuple[float, int]] = []  # (start, steps) of each fused call
         self.t0_wall = ""
@@ -182,9 +196,9 @@ class Recorder:
         self.loops_with_steps: set[int] = set()
         # Losses that are device values are read in batches, long after their step ended, so
         # reading them never makes the host wait for the device inside a step.
-        self._loss_rows: list[int] = []
-        self._loss_values: list[Any] = []
-        self._settle_by = LOSS_BATCH - 1  # the row at which waiting losses are read at the latest
+        # (row, device value) in slots written by index (no call per step); `_loss_n` are used.
+        self._loss_slots: list[tuple[int, Any] | None] = [None] * LOSS_BATCH
+        self._loss_n = 0
         # Reads many values at once; None for a value that is no number (see `_read_each`).
         self.read_losses: Callable[[list[Any]], list[float | None]] = _read_each
         # Memory samples, taken from the hot path at most every memory_interval seconds.
@@ -244,16 +258,18 @@ class Recorder:
         loop_id: int | None = None,
         host_bytes: float = 0.0,
         batch: float = NAN,
+        callback_time: float = 0.0,
     ) -> None:
-        """Append one step (or `fused` steps sharing one host call) that ran from start to end.
+        """Append one step (or `fused` steps sharing one host call) that ran from start to end,
+        with the seconds Keras callbacks took around it (on its last row, when fused).
 
         A step of phase ``train`` is a training step, and this is the one way to mark one: the
         work of an eager optimizer step after it cannot begin earlier than its `end` (see
         `anchor`), and the cell's loops start counting items towards the next one (see
-        `loop_advanced`). This runs once per step: it reads no clock and touches nothing but
+        `next_item`). This runs once per step: it reads no clock and touches nothing but
         the columns and those few fields.
         """
-        if self.pending_host_bytes and kind != Kind.LOOP:
+        if self.pending_host_bytes and kind != _LOOP_KIND:
             host_bytes += self.pending_host_bytes
             self.pending_host_bytes = 0.0
         if loop_id is None:
@@ -261,7 +277,7 @@ class Recorder:
             if open_loops:
                 inner = open_loops[-1]
                 loop_id = inner.loop_id
-                if epoch < 0 and len(open_loops) > 1:
+                if epoch < 0 and open_loops[0] is not inner:
                     epoch = open_loops[0].index
                 if not inner.has_steps:  # the loops around this step have steps
                     for state in open_loops:
@@ -270,12 +286,15 @@ class Recorder:
             else:
                 loop_id = -1
         # "No loss" is its own flag, never a NaN: a NaN loss is a finding, a missing one is not.
+        # Types are compared, not tested with isinstance: no call on the hot path (a float or
+        # int subclass, NumPy's float64, is read later with the device values, as a number).
+        device = False
         if loss is None:
             number, missing = NAN, 1.0
-        elif isinstance(loss, (float, int)):
+        elif type(loss) is float or type(loss) is int:
             number, missing = loss, 0.0
         else:  # a device value, read later; `settle_losses` flags it if it cannot be read
-            number, missing = NAN, 0.0
+            number, missing, device = NAN, 0.0, True
         t0 = self.t0
         if fused == 1:
             self._rows.extend(
@@ -290,7 +309,7 @@ class Recorder:
                     eager,
                     1,
                     loop_id,
-                    0.0,
+                    callback_time,
                     host_bytes,
                     batch,
                     missing,
@@ -314,7 +333,7 @@ class Recorder:
                         eager,
                         fused,
                         loop_id,
-                        0.0,
+                        callback_time if i == fused - 1 else 0.0,
                         host_bytes if i == 0 else 0.0,
                         batch,
                         missing if i == fused - 1 else 1.0,  # the call's loss is on its last row
@@ -326,11 +345,11 @@ class Recorder:
             self.anchor = end
             self.graph_calls = 0
             self._step_since_item = True
-        if number != number and not missing and not isinstance(loss, float):
-            # A device value: read it later, in a batch (a Python NaN is read already).
-            self._loss_rows.append(index)
-            self._loss_values.append(loss)
-            if index >= self._settle_by:  # LOSS_BATCH rows since the last read
+        if device:  # read it later, in a batch
+            waiting = self._loss_n
+            self._loss_slots[waiting] = (index, loss)
+            self._loss_n = waiting = waiting + 1
+            if waiting == LOSS_BATCH:  # every slot holds a loss: read all but this step's
                 self.settle_losses(keep_newest=True)
         if index >= self._thin_at:  # the buffer is full: thin it (one compare per step)
             self._thin()
@@ -411,45 +430,6 @@ class Recorder:
         self._builds_seen = len(self.models)
         return latest.get(name, -1)
 
-    def add_callback_time(self, seconds: float, row: int | None = None) -> None:
-        """Add Keras callback time to step `row` (default: the step appended last).
-
-        A callback that runs predict or evaluate appends rows of its own before it returns,
-        so the batch's row is not always the last one.
-        """
-        if row is None:
-            row = self.count - 1
-        if row >= self._raw_start and row < self.count:  # where it came, as almost always
-            self._rows[(row - self._raw_offset) * WIDTH + _CALLBACK] += seconds
-        elif 0 <= row < self.count:
-            self._add_callback_time_earlier(row, seconds)
-
-    def _add_callback_time_earlier(self, row: int, seconds: float) -> None:
-        """A callback's time for a row that a thinning has moved or left out since."""
-        full = self.full_rows
-        kept, offset = divmod(row - full, self._stride) if row >= full else (row - full, 0)
-        position = full + kept  # the row itself, or the kept row before it
-        if not offset:
-            self._rows[position * WIDTH + _CALLBACK] += seconds
-            return
-        # Left out: its phase is no longer known; the kept row before it is of the same
-        # Keras call unless the callback recorded more than the rows a thinning leaves.
-        phase = int(self._rows[position * WIDTH + _PHASE])
-        self._dropped[_SUM["callback_time"], phase] += seconds
-
-    def loop_advanced(self, now: float, wait: float) -> None:
-        """A loop of the cell got its next item after waiting `wait` seconds.
-
-        Until a step takes them, waits add up and the next eager step's work is taken to begin
-        after the first of these items: with gradient accumulation, one optimizer update
-        follows several micro-batches, and its step holds all of them.
-        """
-        if self._step_since_item:
-            self.anchor = now
-            self._step_since_item = False
-        pending = self.pending_wait
-        self.pending_wait = wait if pending != pending else pending + wait
-
     def note_failure(self, exc: BaseException, phase: int, batch: float = NAN) -> None:
         """An exception left a step of `phase` (of `batch` samples, where known); if it ends
         the run, that step is where."""
@@ -468,18 +448,19 @@ class Recorder:
         With `keep_newest`, the loss of the step that just ended stays queued: on a GPU that
         step may still be running, and reading its loss now would wait for it.
         """
-        kept = 1 if keep_newest and self._loss_rows else 0
-        self._settle_by = self.count + LOSS_BATCH - 1 - kept  # when LOSS_BATCH wait again
-        if not self._loss_rows:
+        n = self._loss_n
+        if not n or (keep_newest and n == 1):
             return
-        rows, values = self._loss_rows, self._loss_values
+        slots = self._loss_slots
+        read = n - 1 if keep_newest else n
+        waiting = slots[:read]
+        newest = slots[n - 1]
+        slots[:n] = [None] * n  # the values read go now: the slots hold no tensor
         if keep_newest:
-            if len(rows) == 1:
-                return
-            self._loss_rows, self._loss_values = rows[-1:], values[-1:]
-            rows, values = rows[:-1], values[:-1]
-        else:
-            self._loss_rows, self._loss_values = [], []
+            slots[0] = newest
+        self._loss_n = n - read
+        rows = [pair[0] for pair in waiting if pair is not None]
+        values = [pair[1] for pair in waiting if pair is not None]
         try:
             numbers = self.read_losses(values)
         except Exception:
@@ -621,7 +602,10 @@ class Recorder:
     def begin_loop(self, loop_id: int) -> OpenLoop:
         """A loop of the cell starts (again, if it runs inside itself): its own new state,
         innermost of the loops open now; `end_loop` closes it."""
-        state = OpenLoop(loop_id)
+        totals = self.loop_totals.get(loop_id)
+        if totals is None:
+            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0]
+        state = OpenLoop(loop_id, totals)
         self.open_loops.append(state)
         return state
 
@@ -633,40 +617,80 @@ class Recorder:
                 return state
         return self.begin_loop(loop_id)
 
-    def close_iteration(self, state: OpenLoop, now: float) -> None:
-        """Record the loop iteration that is open in `state` as ending at `now`."""
-        state.open = False
-        outer = self.open_loops[0] if self.open_loops else None
-        epoch = outer.index if outer is not None and outer is not state else -1
-        body_start = state.start + state.wait
-        totals = self.loop_totals.get(state.loop_id)
-        if totals is None:
-            totals = self.loop_totals[state.loop_id] = [0, 0.0, 0.0, 0]
-        totals[0] += 1
-        totals[1] += now - body_start
-        totals[2] += state.wait
-        if totals[0] > LOOP_ROW_LIMIT and state.loop_id not in self.loops_with_steps:
-            totals[3] += 1
+    def next_item(self, state: OpenLoop, before: float, after: float | None) -> None:
+        """A loop of the cell asked for its next item at `before` and got it at `after`: the
+        iteration open in `state` (if any) ends at `before` and the next one begins. With
+        `after` None, no item came (the loop ended or raised): the open iteration ends.
+
+        The loop's hot path: one call per iteration, which writes the ended iteration's row
+        itself (a loop row has no loss, host bytes or fused steps). Until a step takes them,
+        waits add up, and the next eager step's work is taken to begin after the first of
+        these items: with gradient accumulation, one optimizer update follows several
+        micro-batches, and its step holds all of them.
+        """
+        if state.open:
+            state.open = False
+            open_loops = self.open_loops
+            outer = open_loops[0] if open_loops else None
+            epoch = outer.index if outer is not None and outer is not state else -1
+            wait = state.wait
+            body_start = state.start + wait
+            totals = state.totals
+            totals[0] += 1
+            totals[1] += before - body_start
+            totals[2] += wait
+            if (
+                totals[0] > LOOP_ROW_LIMIT
+                and not state.has_steps
+                and state.loop_id not in self.loops_with_steps
+            ):
+                totals[3] += 1  # counted, not recorded row by row
+            else:
+                # The row as `add_step` writes it for (Phase.LOOP, Kind.LOOP, one step).
+                self._rows.extend(
+                    (
+                        body_start - self.t0,
+                        before - body_start,
+                        wait,
+                        _LOOP_PHASE,
+                        _LOOP_KIND,
+                        epoch,
+                        NAN,
+                        0.0,
+                        1,
+                        state.loop_id,
+                        0.0,
+                        0.0,
+                        NAN,
+                        1.0,
+                    )
+                )
+                index = self.count
+                self.count = index + 1
+                if index >= self._thin_at:
+                    self._thin()
+                if before >= self._next_memory:
+                    self.sample_memory(before)
+                    if self.on_sample is not None:
+                        self.on_sample(self)
+        if after is None:
             return
-        self.add_step(
-            Phase.LOOP,
-            Kind.LOOP,
-            body_start,
-            now,
-            state.wait,
-            epoch,
-            False,
-            None,
-            1,
-            state.loop_id,
-        )
+        state.index += 1
+        state.open = True
+        state.start = before
+        wait = state.wait = after - before
+        if self._step_since_item:
+            self.anchor = after
+            self._step_since_item = False
+        pending = self.pending_wait
+        self.pending_wait = wait if pending != pending else pending + wait
 
     def end_loop(self, loop_id: int) -> None:
         now = perf_counter()
         for state in reversed(self.open_loops):
             if state.loop_id == loop_id:
                 if state.open:
-                    self.close_iteration(state, now)
+                    self.next_item(state, now, None)
                 self.open_loops.remove(state)
                 break
         self.pending_wait = NAN
@@ -676,7 +700,7 @@ class Recorder:
         while self.open_loops:
             state = self.open_loops[-1]
             if state.open:
-                self.close_iteration(state, now)
+                self.next_item(state, now, None)
             self.open_loops.pop()
 
     # -- memory --------------------------------------------------------------------------------
@@ -845,7 +869,8 @@ class Recorder:
         self.functions.clear()
         self.retired_functions.clear()
         self.fit_callbacks = None
-        self._loss_rows, self._loss_values = [], []
+        self._loss_slots = [None] * LOSS_BATCH
+        self._loss_n = 0
         self.on_first_training = self.on_first_update = None
 
     def _columns(self) -> dict[str, np.ndarray]:

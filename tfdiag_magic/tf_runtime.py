@@ -36,9 +36,12 @@ def import_tensorflow() -> ModuleType:
 
 def read_losses(values: list[Any]) -> list[float]:
     """Read many scalar loss tensors with one stack and one copy to the host."""
-    import tensorflow as tf
+    # The op itself, not `tf.stack`: its conversion checks each value in Python, a call per
+    # loss; these are all tensors already (a value that is not raises, and the caller reads
+    # them one by one).
+    from tensorflow.python.ops import gen_array_ops
 
-    stacked = tf.stack(values).numpy()
+    stacked = gen_array_ops.pack(values, axis=0).numpy()
     if stacked.shape != (len(values),):  # not all scalars: the caller reads them one by one
         raise ValueError("losses are not all scalars")
-    return [float(v) for v in stacked]
+    return stacked.astype(float).tolist()

@@ -1,46 +1,34 @@
-"""Host-conversion probe: NumPy arrays the cell turns into tensors itself, between steps.
+"""Host-conversion probe: what converting a batch of the run's NumPy arrays costs.
 
-``tf.convert_to_tensor`` and ``tf.constant`` are wrapped where the cell looks them up (the
-``tensorflow`` module). A call made by the cell's own code, outside any step or Keras call,
-with a NumPy array adds the array's bytes to the next step's ``host_bytes``. Calls made by
-TensorFlow or Keras internally happen inside steps or Keras calls and are not counted.
+The bytes each step was fed from NumPy are recorded as the run goes: the step probes read a
+step call's NumPy arguments, and the conversions the cell's loops make themselves
+(``tf.convert_to_tensor(x[i:j])`` before a step) are marked in their code
+(`instrument_conversions`). Nothing of TensorFlow is patched for it.
 
-After the run (`finish`) it times the conversion of one typical batch of the run, for the
-record's facts (``host_conversion_s``), when steps were fed NumPy arrays at all.
+After the run (`finish`) this probe times the conversion of one typical batch of the run, for
+the record's facts (``host_conversion_s``), when steps were fed NumPy arrays at all.
 """
 
 from __future__ import annotations
 
-import threading
 from time import perf_counter
-from typing import Any
 
 import numpy as np
 
 from ..record import Record
 from ..recorder import Recorder
-from .patching import Patcher, wraps_exactly
 
-_NAMES = ("convert_to_tensor", "constant")
 CONVERSION_BUDGET = 0.1  # seconds the post-run timing of a batch's conversion may take
 
 
 class HostConversionProbe:
     name = "host_conversions"
 
-    def __init__(self) -> None:
-        self._patcher = Patcher()
-
     def install(self, recorder: Recorder) -> None:
-        import tensorflow as tf
-
-        for name in _NAMES:
-            original = getattr(tf, name, None)
-            if original is not None:
-                self._patcher.replace(tf, name, _watch(recorder, original))
+        """Nothing to install: the bytes are recorded by the step probes and the loops."""
 
     def remove(self) -> None:
-        self._patcher.restore()
+        """Nothing was installed."""
 
     def finish(self, record: Record) -> None:
         """The seconds one typical NumPy batch of the run takes to become a tensor, measured
@@ -75,20 +63,3 @@ def conversion_cost(record: Record) -> float | None:
         return float(np.median(times))
     except Exception:
         return None
-
-
-def _watch(rec: Recorder, original: Any) -> Any:
-    def converted(value: Any, *args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
-        if (
-            isinstance(value, np.ndarray)
-            and not rec.step_depth
-            and not rec.driver_depth
-            and threading.get_ident() == rec.thread_id
-        ):
-            rec.pending_host_bytes += value.nbytes
-        return original(value, *args, **kwargs)
-
-    # `value` is the first parameter of both tf.convert_to_tensor and tf.constant; the rest
-    # of their signatures is kept by `wraps_exactly`.
-    return wraps_exactly(converted, original)

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
+import numpy as np
+
 from ..record import KerasCall, Kind, Phase, Record
 from ..recorder import Recorder, StepMark
 from .inputs import batch_size_of, data_kind, inspect_inputs
@@ -210,7 +212,10 @@ class InputWaitMeter:
         self._owned: Any = None
         self._retired: Any = None
         self._anchor: float | None = None
-        self._rows: list[tuple[float, int]] = []
+        # (end, steps) of the cycles since the last read, in slots written by index (a step
+        # appends nothing): `_n` of them are used, at most _READ_EVERY.
+        self._rows: list[tuple[float, int]] = [(0.0, 0)] * _READ_EVERY
+        self._n = 0
         self._pending = 0
         self._consumed = 0
 
@@ -225,14 +230,14 @@ class InputWaitMeter:
         self._iterator = iterator
         self._owned = _owned_iterator(iterator) if iterator is not None else None
         self._anchor = None
-        self._rows = []
+        self._n = 0
         self._pending = 0
         self._consumed = 0
 
     def release(self) -> None:
         """Drop the references to the user's iterator."""
         self._iterator = self._owned = self._retired = None
-        self._rows = []
+        self._n = 0
 
     def step_done(self, end: float, fused: int, last_of_epoch: bool) -> None:
         self._retired = None  # the previous iterator goes now, outside any timed span
@@ -242,13 +247,15 @@ class InputWaitMeter:
         if self._anchor is None or self._consumed <= 2 * fused:
             self._anchor = end  # the first two steps of the iterator (see the docstring)
             return
-        previous = self._rows[-1][0] if self._rows else self._anchor
+        n = self._n
+        previous = self._rows[n - 1][0] if n else self._anchor
         if end - previous >= _LONGEST_CYCLE_S:
-            self._anchor, self._rows, self._pending = end, [], 0
+            self._anchor, self._n, self._pending = end, 0, 0
             return
-        self._rows.append((end, fused))
+        self._rows[n] = (end, fused)
+        self._n = n + 1
         self._pending += fused
-        if self._pending >= _READ_EVERY or last_of_epoch:
+        if self._pending >= _READ_EVERY or last_of_epoch or self._n == _READ_EVERY:
             self._read()
 
     def _read(self) -> None:
@@ -260,9 +267,9 @@ class InputWaitMeter:
             self._owned = None
             return
         self.reads += 1
-        rows, anchor = self._rows, self._anchor
+        rows, anchor = self._rows[: self._n], self._anchor
         expected = min(_GAP_WINDOW, self._consumed - 1)
-        self._anchor, self._rows, self._pending = rows[-1][0], [], 0
+        self._anchor, self._n, self._pending = rows[-1][0], 0, 0
         if len(gaps) < expected:  # a gap was dropped: the window no longer lines up
             return
         # Keep the newest rows whose elements all have their gap in the window.
@@ -278,6 +285,20 @@ class InputWaitMeter:
         self.wait += span - gap
         self.span += span
         self.elements += count
+
+
+def _current_iterator(epoch_iterator: Any) -> Any:
+    """The iterator Keras' epoch iterator hands the train function in this epoch: its
+    ``_current_iterator``, or, for data of unknown length, the local ``iterator`` of its
+    running epoch generator (``EpochIterator._enumerate_iterator``); None if neither is there."""
+    if epoch_iterator is None:
+        return None
+    current = getattr(epoch_iterator, "_current_iterator", None)
+    if current is not None:
+        return current
+    generator = getattr(epoch_iterator, "_epoch_iterator", None)
+    frame = getattr(generator, "gi_frame", None)
+    return frame.f_locals.get("iterator") if frame is not None else None
 
 
 def _owned_iterator(iterator: Any) -> Any:
@@ -322,7 +343,10 @@ class KerasProbe:
         self._timed_callbacks: list[tuple[Any, str]] = []
         self._call_patcher = Patcher()  # what one call patched (a PyDataset's __getitem__)
         self._meter: InputWaitMeter | None = None  # the top-level fit's input wait
-        self._iterator: Any = None  # what Keras' epoch iterator handed out last, during fit
+        self._iterator: Any = None  # the tf.data iterator of the running fit's epoch
+        self._epoch_iterator: Any = None  # Keras' epoch iterator of the running top-level fit
+        self._last_list: Any = None  # the CallbackList of the latest batch (see batch_begin)
+        self._steps: int | None = None  # batches per epoch of the running top-level fit
         owner = defining_class(keras.Model, "compile")
         self._patcher.replace(owner, "compile", self._compile(rec, vars(owner)["compile"]))
         for name in _DRIVERS:
@@ -347,8 +371,8 @@ class KerasProbe:
         _hide_tool_frames_from_keras(self._patcher)
         epoch_iterator = _tf_epoch_iterator()
         if epoch_iterator is not None:
-            owner = defining_class(epoch_iterator, "__next__")
-            self._patcher.replace(owner, "__next__", self._epoch_next(rec, vars(owner)["__next__"]))
+            owner = defining_class(epoch_iterator, "__iter__")
+            self._patcher.replace(owner, "__iter__", self._epoch_iter(rec, vars(owner)["__iter__"]))
 
     def remove(self) -> None:
         try:
@@ -357,7 +381,7 @@ class KerasProbe:
             try:
                 self._call_patcher.restore()
             finally:
-                self._meter, self._iterator = None, None
+                self._meter = self._iterator = self._epoch_iterator = self._last_list = None
                 self._patcher.restore()
 
     def finish(self, record: Record) -> None:
@@ -397,6 +421,7 @@ class KerasProbe:
             with contextlib.suppress(AttributeError):
                 delattr(callback, name)
         self._timed_lists.clear()
+        self._last_list = None
 
     # -- wrappers ------------------------------------------------------------------------------
 
@@ -514,7 +539,8 @@ class KerasProbe:
                             meter.release()
                         if timer is not None:
                             timer.release()
-                        probe._meter, probe._iterator = None, None
+                        probe._meter = probe._iterator = probe._epoch_iterator = None
+                        probe._steps = None
                         if name == "fit":
                             _count_training(rec, self, mark)
                         probe.add_call(rec, name, self, start, mark, data, timer, meter)
@@ -525,23 +551,47 @@ class KerasProbe:
         return wraps_exactly(driver, original)
 
     def _on_batch(self, rec: Recorder, original: Any, phase_name: str) -> Any:
+        # A hot path (a step per call): no call it can avoid (see tf_functions' `call`).
+        from tensorflow.python.eager.polymorphic_function import eager_function_run
+
         phase = Phase.of(phase_name)
         kind = Kind.ON_BATCH
         trains, trained, ref = phase_name == "train", rec.trained, weakref.ref
+        here, add_step, clock, nan = rec.here, rec.add_step, perf_counter, NAN
+        ndarray = np.ndarray
 
         def on_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            if rec.driver_depth or rec.step_depth or threading.get_ident() != rec.thread_id:
+            if rec.driver_depth or rec.step_depth or not here.main:
                 return original(self, *args, **kwargs)
             if trains:  # a membership test per batch, no call; the state is read at first sight
                 key = ref(self)
                 if key not in trained:
                     rec.first_training(self)
-            wait = rec.take_wait()
-            host, batch = inspect_inputs(args, kwargs)
-            eager = bool(getattr(self, "run_eagerly", False)) or _functions_eager()
+            wait = rec.pending_wait
+            rec.pending_wait = nan
+            # NumPy x and y, the usual batch, are read here; anything else by `inspect_inputs`.
+            x = args[0] if args else None
+            rest = args[1:]  # slices, not len(): no call
+            y = rest[0] if rest else None
+            if (
+                not kwargs
+                and not rest[1:]
+                and type(x) is ndarray
+                and x.ndim
+                and (y is None or type(y) is ndarray)
+            ):
+                host = x.nbytes + (y.nbytes if y is not None else 0)
+                batch = float(x.shape[0])
+            else:
+                host, batch = inspect_inputs(args, kwargs)
+            try:  # what the `run_eagerly` property returns, without its call
+                eager = bool(self._run_eagerly)
+            except AttributeError:
+                eager = bool(getattr(self, "run_eagerly", False))
+            eager = eager or bool(eager_function_run.RUN_FUNCTIONS_EAGERLY)
             rec.driver_depth += 1
-            start = perf_counter()
+            start = clock()
             try:
                 result = original(self, *args, **kwargs)
             except BaseException as exc:
@@ -549,53 +599,76 @@ class KerasProbe:
                 raise
             finally:
                 rec.driver_depth -= 1
-            end = perf_counter()
+            end = clock()
             if trains:
                 trained[key] += 1
-            loss = _logs_loss(result) if phase_name != "predict" else None
-            rec.add_step(
-                phase, kind, start, end, wait, -1, eager, loss, host_bytes=host, batch=batch
-            )  # a train batch is a training step: `add_step` marks it
+            if phase_name == "predict":
+                loss = None
+            elif type(result) is float:
+                loss = result
+            else:
+                loss = _logs_loss(result)
+            # A train batch is a training step: `add_step` marks it.
+            add_step(phase, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
             return result
 
         return wraps_exactly(on_batch, original)
 
     def _batch_begin(self, rec: Recorder, original: Any, phase_name: str) -> Any:
+        # A hot path (a call per batch): see tf_functions' `call` for how it avoids calls.
         probe = self
         phase = Phase.of(phase_name)
         is_train = phase_name == "train"
+        here, clock = rec.here, perf_counter
 
         def batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
-            if id(self) not in probe._timed_lists and rec.driver_depth:
-                probe._time_callbacks(rec, self)
-            before = perf_counter()
+            if self is not probe._last_list and rec.driver_depth:
+                probe._first_batch_of(rec, self)
+            before = clock()
             result = original(self, batch, logs)
-            if rec.driver_depth and not rec.step_depth and threading.get_ident() == rec.thread_id:
-                after = perf_counter()
+            if rec.driver_depth and not rec.step_depth and here.main:
+                after = clock()
                 probe._open = (phase, batch, after, after - before)
-                meter = probe._meter
-                if is_train and meter is not None and rec.driver_depth == 1:
-                    try:
-                        meter.begin(probe._iterator)
-                    except Exception:  # the measure is the tool's business, never the call's
-                        probe._meter = None
+                if is_train and batch == 0 and rec.driver_depth == 1 and probe._meter is not None:
+                    probe._epoch_starts(self)  # an epoch of the top-level fit begins
             return result
 
         return wraps_exactly(batch_begin, original)
 
+    def _first_batch_of(self, rec: Recorder, callbacks: Any) -> None:
+        """A CallbackList's first batch in this run: time its callbacks, once."""
+        self._last_list = callbacks
+        if id(callbacks) not in self._timed_lists:
+            self._time_callbacks(rec, callbacks)
+
+    def _epoch_starts(self, callbacks: Any) -> None:
+        """Once per epoch of the top-level fit: the epoch's tf.data iterator for the input
+        meter, and the batches an epoch has."""
+        self._steps = _batches_per_epoch(callbacks, "train")
+        meter = self._meter
+        if meter is None:
+            return
+        try:
+            self._iterator = _current_iterator(self._epoch_iterator)
+            meter.begin(self._iterator)
+        except Exception:  # the measure is the tool's business, never the call's
+            self._meter = None
+
     def _batch_end(self, rec: Recorder, original: Any, phase_name: str) -> Any:
+        # A hot path (a call per batch): see tf_functions' `call` for how it avoids calls.
         probe = self
         phase = Phase.of(phase_name)
         kind = Kind.KERAS
         is_train = phase_name == "train"
         takes_loss = phase_name != "predict"
+        here, clock, add_step, nan = rec.here, perf_counter, rec.add_step, NAN
 
         def batch_end(self: Any, batch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
-            end = perf_counter()
+            end = clock()
             opened = probe._open
-            if opened is None or opened[0] != phase or threading.get_ident() != rec.thread_id:
+            if opened is None or opened[0] != phase or not here.main:
                 return original(self, batch, logs)
             probe._open = None
             _, begin_batch, start, begin_callbacks = opened
@@ -606,30 +679,33 @@ class KerasProbe:
                 if steps:
                     fused = min(batch, steps - 1) - begin_batch + 1
                 fused = max(fused, 1)
-            loss = logs.get("loss") if takes_loss and isinstance(logs, dict) else None
-            if is_train and rec.driver_depth == 1:
+            loss = logs["loss"] if takes_loss and type(logs) is dict and "loss" in logs else None
+            top_train = is_train and rec.driver_depth == 1
+            if top_train:
                 rec.fit_callbacks, rec.fit_batch = self, batch
-            rec.add_step(
-                phase,
-                kind,
-                start,
-                end,
-                NAN,
-                rec.keras_epoch,
-                rec.driver_eager,
-                loss,
-                fused,
-                batch=rec.keras_batch,
-            )  # a train batch is a training step: `add_step` marks it
-            row = rec.count - 1
-            before = perf_counter()
             try:
                 return original(self, batch, logs)
             finally:
-                rec.add_callback_time(row=row, seconds=begin_callbacks + perf_counter() - before)
+                # The batch's row, written once its callbacks are done and timed (a callback
+                # that predicts has appended its own rows by now: the table sorts by start).
+                add_step(
+                    phase,
+                    kind,
+                    start,
+                    end,
+                    nan,
+                    rec.keras_epoch,
+                    rec.driver_eager,
+                    loss,
+                    fused,
+                    None,
+                    0.0,
+                    rec.keras_batch,
+                    begin_callbacks + clock() - end,
+                )  # a train batch is a training step: `add_step` marks it
                 meter = probe._meter
-                if is_train and meter is not None and rec.driver_depth == 1:
-                    steps = _batches_per_epoch(self, phase_name)
+                if top_train and meter is not None:
+                    steps = probe._steps
                     try:
                         meter.step_done(end, fused, bool(steps) and batch + 1 >= steps)
                     except Exception:  # the measure is the tool's business, never the call's
@@ -646,22 +722,19 @@ class KerasProbe:
 
         return wraps_exactly(epoch_begin, original)
 
-    def _epoch_next(self, rec: Recorder, original: Any) -> Any:
-        """Keras' TF epoch iterator yields (first step, last step, iterator) before each train
-        call: keep the iterator, so its tf.data model can be read between steps."""
+    def _epoch_iter(self, rec: Recorder, original: Any) -> Any:
+        """Keras' TF epoch iterator starts each epoch with ``iter()``: keep the epoch iterator of
+        the top-level fit, whose tf.data iterator the input meter reads (`_current_iterator`)."""
         probe = self
 
-        def __next__(self: Any) -> Any:  # noqa: N807 (the name Python looks up)
+        def __iter__(self: Any) -> Any:  # noqa: N807 (the name Python looks up)
             __tracebackhide__ = True
             result = original(self)
-            if probe._meter is not None and threading.get_ident() == rec.thread_id:
-                try:
-                    probe._iterator = result[2]
-                except Exception:
-                    probe._iterator = None
+            if probe._meter is not None and rec.here.main:
+                probe._epoch_iterator, probe._iterator = self, None
             return result
 
-        return wraps_exactly(__next__, original)
+        return wraps_exactly(__iter__, original)
 
 
 # The package's own folder (with its separator, so that no sibling folder matches).

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from time import perf_counter
 from typing import Any
 
+import numpy as np
+
 from ..instrument import RUNTIME_NAME
 from ..record import Record
 from ..recorder import OpenLoop, Recorder
@@ -22,12 +24,16 @@ _MISSING = object()
 
 
 class LoopIterator:
-    """Iterator wrapper that records each iteration of one loop."""
+    """Iterator wrapper that records each iteration of one loop.
 
-    __slots__ = ("_iterator", "_rec", "_state")
+    A step's worth of work: two clock reads around the user's iterator, and one call into the
+    recorder (`Recorder.next_item`), which ends the previous iteration and begins this one.
+    """
+
+    __slots__ = ("_next", "_rec", "_state")
 
     def __init__(self, iterator: Iterator[Any], rec: Recorder, state: OpenLoop) -> None:
-        self._iterator = iterator
+        self._next = iterator.__next__  # bound once: `next(iterator)` is a call more per item
         self._rec = rec
         self._state = state
 
@@ -37,17 +43,16 @@ class LoopIterator:
     def __next__(self) -> Any:
         __tracebackhide__ = True
         before = perf_counter()
-        state = self._state
-        rec = self._rec
-        if state.open:
-            rec.close_iteration(state, before)
-        item = next(self._iterator)
-        after = perf_counter()
-        state.index += 1
-        state.open = True
-        state.start = before
-        state.wait = after - before
-        rec.loop_advanced(after, after - before)
+        try:
+            item = self._next()
+        except BaseException:
+            # Exhausted (or raising): the iteration that was open ends when the next item was
+            # asked for, as it would had one come.
+            state = self._state
+            if state.open:
+                self._rec.next_item(state, before, None)
+            raise
+        self._rec.next_item(self._state, before, perf_counter())
         return item
 
 
@@ -65,14 +70,16 @@ class LoopRuntime:
     def tick(self, loop_id: int) -> None:
         now = perf_counter()
         rec = self._rec
-        state = rec.loop_state(loop_id)
-        if state.open:
-            rec.close_iteration(state, now)
-        state.index += 1
-        state.open = True
-        state.start = now
-        state.wait = 0.0
-        rec.loop_advanced(now, 0.0)
+        rec.next_item(rec.loop_state(loop_id), now, now)
+
+    def host(self, value: Any) -> Any:
+        """A conversion call of the cell's loop is given `value` (see `instrument_conversions`):
+        a NumPy array's bytes go to the next step, made outside any step or Keras call."""
+        if isinstance(value, np.ndarray):
+            rec = self._rec
+            if not rec.step_depth and not rec.driver_depth and rec.here.main:
+                rec.pending_host_bytes += value.nbytes
+        return value
 
     def end(self, loop_id: int) -> None:
         self._rec.end_loop(loop_id)

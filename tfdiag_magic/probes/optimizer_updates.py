@@ -8,7 +8,7 @@ runs from the end of the previous step, or the start of the loop iteration, to t
 
 from __future__ import annotations
 
-import threading
+import math
 import weakref
 from time import perf_counter
 from typing import Any
@@ -39,9 +39,11 @@ class OptimizerProbe:
     @staticmethod
     def _wrapper(rec: Recorder, original: Any) -> Any:
         import tensorflow as tf
+        from tensorflow.python.eager import context
 
         train, kind = Phase.TRAIN, Kind.EAGER_UPDATE
-        updated, ref = rec.updated, weakref.ref
+        updated, ref, here = rec.updated, weakref.ref, rec.here
+        add_step, clock = rec.add_step, perf_counter
 
         # Named `self` as in BaseOptimizer.apply, and signed as it (`wraps_exactly`).
         def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -54,24 +56,25 @@ class OptimizerProbe:
                 entry = rec.functions.get(id(top))
                 if entry is not None:
                     entry.updates = True
-            if threading.get_ident() != rec.thread_id:
+            if not here.main:
                 return original(optimizer, *args, **kwargs)
             if ref(optimizer) not in updated:  # a membership test per update, no call
                 variables = args[1] if len(args) > 1 else kwargs.get("trainable_variables")
                 rec.first_update(optimizer, variables)
-            if (
-                rec.optimizer_depth
-                or top is not None
-                or rec.driver_depth
-                or rec.step_depth
-                or not tf.executing_eagerly()
-            ):
+            nested = rec.optimizer_depth or top is not None or rec.driver_depth or rec.step_depth
+            if not nested:
+                try:  # what `tf.executing_eagerly()` reads, without its three calls
+                    nested = not context._context._thread_local_data.is_eager
+                except AttributeError:  # no context yet, or another TensorFlow
+                    nested = not tf.executing_eagerly()
+            if nested:
                 rec.optimizer_depth += 1
                 try:
                     return original(optimizer, *args, **kwargs)
                 finally:
                     rec.optimizer_depth -= 1
-            wait = rec.take_wait()
+            wait = rec.pending_wait
+            rec.pending_wait = math.nan
             start = rec.anchor
             rec.optimizer_depth += 1
             try:
@@ -81,8 +84,8 @@ class OptimizerProbe:
                 raise
             finally:
                 rec.optimizer_depth -= 1
-            end = perf_counter()
-            rec.add_step(train, kind, start, end, wait, -1, rec.graph_calls == 0)  # marks it
+            end = clock()
+            add_step(train, kind, start, end, wait, -1, rec.graph_calls == 0)  # marks it
             return result
 
         return wraps_exactly(apply, original)

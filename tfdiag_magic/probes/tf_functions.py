@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import inspect
 import math
-import threading
 import weakref
 from time import perf_counter
 from typing import Any
+
+import numpy as np
 
 from ..record import FunctionStats, Kind, Phase, Record, TraceEvent
 from ..recorder import Recorder
@@ -22,6 +23,9 @@ from .inputs import host_bytes, leading_dimension
 from .patching import Patcher, wraps_exactly
 
 _SIGNATURE_CHARS = 400
+# Argument types that may hold NumPy arrays (`host_bytes` reads them): any other argument, a
+# tensor most often, is passed over without a call.
+_HOST_TYPES = frozenset({np.ndarray, tuple, list, dict})
 
 
 class FunctionEntry:
@@ -228,41 +232,71 @@ class TFFunctionProbe:
 
     @staticmethod
     def _call_wrapper(rec: Recorder, original: Any) -> Any:
-        # Everything the hot path reads is bound here once: a step call costs a few
-        # microseconds of Python, most of it cache misses after the step's own work.
+        # The hot path. Everything it reads is bound here once, and it makes no call it can
+        # avoid (issue 18 counts them: `benchmarks/calls_per_step.py`): the function's entry is
+        # the last one's when the same function is called again, the thread test is an
+        # attribute of a thread-local, a tracing shows in a counter, arguments are told apart
+        # by type, and the row is one `add_step`.
+        from tensorflow.python.eager.polymorphic_function import eager_function_run
+
         functions = rec.functions
-        traces = rec.traces
+        here = rec.here
         train, other, kind = Phase.TRAIN, Phase.FUNCTION, Kind.TF_FUNCTION
-        main_thread = rec.thread_id
-        get_ident = threading.get_ident
         clock = perf_counter
         add_step = rec.add_step
         nan = math.nan
+        unknown = _UNKNOWN
+        last: list[FunctionEntry | None] = [None]  # the entry of the function called last
 
-        # Named `self` as in Function.__call__, and signed as it (`wraps_exactly`).
-        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True
-            function = self
+        def entry_of(function: Any) -> FunctionEntry:
             entry = functions.get(id(function))
             if entry is None or entry.ref() is not function:
                 if entry is not None:  # that id belonged to a function that is gone
                     rec.retired_functions.append(entry)
                 entry = functions[id(function)] = FunctionEntry(function)
+            last[0] = entry
+            return entry
+
+        # Named `self` as in Function.__call__, and signed as it (`wraps_exactly`).
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            function = self
+            entry = last[0]
+            if entry is None or entry.ref() is not function:
+                entry = entry_of(function)
             entry.calls += 1
-            traced_before = len(traces)
+            traced_before = rec.trace_count
             if rec.top_function is not None or rec.driver_depth or rec.step_depth:
                 # A call inside another function, Keras' own function, or a call inside a
-                # marked step: counted, not a step.
-                return _nested_call(rec, entry, original, function, args, kwargs)
-            if get_ident() != main_thread:
+                # marked step: counted, not a step. On the main thread it becomes the top
+                # function while it runs, so that an optimizer update traced inside it is its
+                # own; a call from another thread (tf.distribute replicas) leaves it alone.
+                outermost = rec.top_function is None and here.main
+                if outermost:
+                    rec.top_function = function
                 try:
                     return original(function, *args, **kwargs)
                 finally:
-                    if len(traces) != traced_before:
+                    if outermost:
+                        rec.top_function = None
+                    if rec.trace_count != traced_before:
+                        entry.last_count = _tracing_count(function)
+            if not here.main:
+                try:
+                    return original(function, *args, **kwargs)
+                finally:
+                    if rec.trace_count != traced_before:
                         entry.last_count = _tracing_count(function)
             wait = rec.pending_wait
             rec.pending_wait = nan
-            host = host_bytes(args, kwargs) if args or kwargs else 0.0
+            host = 0.0
+            if kwargs:
+                host = host_bytes(args, kwargs)
+            else:
+                for value in args:  # NumPy arguments, which the call converts: read them all
+                    if type(value) in _HOST_TYPES:
+                        host = host_bytes(args, kwargs)
+                        break
             batch = entry.batch
             if batch != batch:
                 batch = entry.batch = leading_dimension(args, kwargs)
@@ -281,18 +315,24 @@ class TFFunctionProbe:
             finally:
                 rec.top_function = None
                 rec.step_depth -= 1
-                if len(traces) != traced_before:
+                if rec.trace_count != traced_before:
                     entry.last_count = _tracing_count(function)
             end = clock()
-            eager = function._run_functions_eagerly
+            # What `Function._run_functions_eagerly` returns, read without the property's call.
+            eager = eager_function_run.RUN_FUNCTIONS_EAGERLY
             if not entry.inspected:
                 entry.inspected = True
                 if not entry.updates and not eager:
                     entry.updates = graph_updates_trainable_variables(function)
             location = entry.loss_at
-            if location is _UNKNOWN:
+            if location is unknown:
                 location = entry.loss_at = loss_location(result)
-            loss = None if location is None else loss_at(result, location)
+            if location is None:
+                loss = None
+            elif location == "self":
+                loss = result
+            else:
+                loss = loss_at(result, location)
             if entry.updates:  # a training step (`add_step` marks it as one)
                 add_step(train, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
             else:
@@ -317,6 +357,7 @@ class TFFunctionProbe:
                 return original(function_type, type_context, func_graph, tracing_options)
             finally:
                 end = perf_counter()
+                rec.trace_count += 1
                 rec.traces.append(
                     TraceEvent(
                         time=start - rec.t0,
@@ -328,29 +369,6 @@ class TFFunctionProbe:
                 )
 
         return wraps_exactly(_create_concrete_function, original)
-
-
-def _nested_call(
-    rec: Recorder, entry: FunctionEntry, original: Any, function: Any, args: Any, kwargs: Any
-) -> Any:
-    """A call that is no step of its own: made while another call or a Keras driver runs.
-
-    A call from another thread (tf.distribute replicas) leaves `top_function` alone; a call
-    on the main thread (Keras' own function, or a call inside a marked step) becomes the
-    top function while it runs, so that an optimizer update traced inside it is its own.
-    """
-    __tracebackhide__ = True
-    traced_before = len(rec.traces)
-    outermost = rec.top_function is None and threading.get_ident() == rec.thread_id
-    if outermost:
-        rec.top_function = function
-    try:
-        return original(function, *args, **kwargs)
-    finally:
-        if outermost:
-            rec.top_function = None
-        if len(rec.traces) != traced_before:
-            entry.last_count = _tracing_count(function)
 
 
 def _signature(function_type: Any) -> str:

@@ -1,0 +1,98 @@
+"""Marks the NumPy arrays that a cell's loops convert to tensors themselves, step after step.
+
+Inside the bodies of the loops that `instrument` rewrote (the cell's own code, not the
+functions it defines), the first argument of a call named ``convert_to_tensor`` or
+``constant`` (``tf.convert_to_tensor(x[i:j])``, ``tf.constant(batch)``,
+``keras.ops.convert_to_tensor(...)``) is passed through the loop runtime first:
+
+    tf.convert_to_tensor(ARG, ...)   ==>   tf.convert_to_tensor(_tfdiag_loops_.host(ARG), ...)
+
+`host` adds a NumPy array's bytes to the next step's ``host_bytes`` and returns the value
+itself, so the call gets what it would have got; the argument is evaluated once, as written,
+and a call that raises raises from the user's line. Nothing of TensorFlow is patched: the
+conversions TensorFlow and Keras make internally, many per eager step, cost nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .instrument import RUNTIME_NAME
+
+CONVERSIONS = frozenset({"convert_to_tensor", "constant"})
+
+
+class _ConversionMarker(ast.NodeTransformer):
+    def __init__(self) -> None:
+        self.depth = 0  # loop bodies we are in
+        self.count = 0
+
+    # Code in these runs later, outside the run (as `instrument` leaves it).
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        return node
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
+        return node
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
+        return node
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        return node
+
+    def _loop(self, node: ast.For | ast.While) -> ast.AST:
+        for field in ("target", "iter", "test"):
+            value = getattr(node, field, None)
+            if value is not None:
+                setattr(node, field, self.visit(value))
+        self.depth += 1
+        node.body = [self.visit(statement) for statement in node.body]
+        self.depth -= 1
+        node.orelse = [self.visit(statement) for statement in node.orelse]
+        return node
+
+    def visit_For(self, node: ast.For) -> ast.AST:
+        return self._loop(node)
+
+    def visit_While(self, node: ast.While) -> ast.AST:
+        return self._loop(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if not self.depth or _name_of(node.func) not in CONVERSIONS:
+            return node
+        if node.args and not isinstance(node.args[0], ast.Starred):
+            node.args[0] = _through_host(node.args[0])
+            self.count += 1
+        else:
+            for keyword in node.keywords:
+                if keyword.arg == "value":
+                    keyword.value = _through_host(keyword.value)
+                    self.count += 1
+        return node
+
+
+def _name_of(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def _through_host(value: ast.expr) -> ast.expr:
+    call = ast.Call(
+        func=ast.Attribute(
+            value=ast.Name(id=RUNTIME_NAME, ctx=ast.Load()), attr="host", ctx=ast.Load()
+        ),
+        args=[value],
+        keywords=[],
+    )
+    return ast.fix_missing_locations(ast.copy_location(call, value))
+
+
+def mark_conversions(tree: ast.Module) -> int:
+    """Rewrite, in place, the conversion calls inside the loops of `tree`; returns how many."""
+    marker = _ConversionMarker()
+    tree.body = [marker.visit(statement) for statement in tree.body]
+    return marker.count

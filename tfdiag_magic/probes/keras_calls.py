@@ -270,11 +270,12 @@ class InputWaitMeter:
         rows, anchor = self._rows[: self._n], self._anchor
         expected = min(_GAP_WINDOW, self._consumed - 1)
         self._anchor, self._n, self._pending = rows[-1][0], 0, 0
-        if len(gaps) < expected:  # a gap was dropped: the window no longer lines up
+        window = len(gaps)
+        if window < expected:  # a gap was dropped: the window no longer lines up
             return
         # Keep the newest rows whose elements all have their gap in the window.
         count, first = 0, len(rows)
-        while first > 0 and count + rows[first - 1][1] <= len(gaps):
+        while first > 0 and count + rows[first - 1][1] <= window:
             first -= 1
             count += rows[first][1]
         if count == 0:

@@ -1,0 +1,33 @@
+"""The tool's hot path, held by a count: the Python calls it adds per training step.
+
+A count, not a time, so a busy neighbour cannot make it fail: cProfile counts every call the
+main thread makes (builtins included) while a cell runs plainly and under ``%%tfprofile``, at
+two lengths; the difference of the slopes is what the tool adds per step. The workloads and
+the measure are `benchmarks/calls_per_step.py`'s, which prints the same numbers. Memory
+samples, time-based, are kept out of the counted runs (``--memory-interval 3600``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "calls_per_step.py"
+_SPEC = importlib.util.spec_from_file_location("calls_per_step", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
+
+
+@pytest.fixture(scope="module")
+def shell():
+    return bench.shell_with_workloads()
+
+
+@pytest.mark.parametrize("workload", list(bench.WORKLOADS))
+def test_the_tool_adds_at_most_twelve_calls_per_step(shell, workload):
+    row = bench.measure(shell, bench.WORKLOADS[workload])
+    assert row["plain"] > 20  # the count sees the workload's own calls: it can fail
+    assert row["added"] <= bench.TARGET, row

@@ -447,3 +447,85 @@ def test_a_warning_logged_without_handlers_is_still_printed(loop_ip, capsys):
     assert [w.message for w in r.record.warnings] == ["careful <now>"]
     assert "careful <now>" in capsys.readouterr().err
     assert logger.handlers == []
+
+
+# -- steps are optimizer updates -------------------------------------------------------------
+
+
+def test_a_function_that_trains_a_whole_epoch_counts_its_updates(loop_ip):
+    """A tf.function looping over the dataset makes 8 updates per call: 3 calls are 24 steps,
+    each an eighth of its call."""
+    loop_ip.run_cell(
+        "@tf.function\n"
+        "def train_epoch(dataset):\n"
+        "    total = 0.0\n"
+        "    for xb, yb in dataset:\n"
+        "        grads, loss = grads_and_loss(xb, yb)\n"
+        "        optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "        total += loss\n"
+        "    return total\n"
+    )
+    result, r = profiled(loop_ip, "for epoch in range(3):\n    train_epoch(ds)\n")
+    assert result.success
+    record = r.record
+    assert phases(r)["train"] == 24
+    train = record.phase_mask("train")
+    assert set(record.steps["fused"][train].tolist()) == {8}
+    (stats,) = [f for f in record.functions if f.name == "train_epoch"]
+    assert stats.calls == 3
+    assert stats.updates_per_call == 8
+    assert int(np.asarray(loop_ip.user_ns["optimizer"].iterations)) == 24
+
+
+def test_two_optimizers_updated_once_each_make_one_step(loop_ip):
+    """A GAN-like step: two models, two optimizers, one update each per call: one step."""
+    loop_ip.run_cell(
+        "other = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])\n"
+        "other_optimizer = keras.optimizers.SGD(0.01)\n"
+        "@tf.function\n"
+        "def gan_step(xb, yb):\n"
+        "    grads, loss = grads_and_loss(xb, yb)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        other_loss = mse(yb, other(xb, training=True))\n"
+        "    other_grads = tape.gradient(other_loss, other.trainable_variables)\n"
+        "    other_optimizer.apply_gradients(zip(other_grads, other.trainable_variables))\n"
+        "    return loss\n"
+    )
+    result, r = profiled(loop_ip, "for xb, yb in ds:\n    gan_step(xb, yb)\n")
+    assert result.success
+    assert phases(r)["train"] == 8
+    (stats,) = [f for f in r.record.functions if f.name == "gan_step"]
+    assert stats.updates_per_call == 0
+    assert set(r.record.steps["fused"][r.record.phase_mask("train")].tolist()) == {1}
+
+
+def test_a_strategy_function_running_several_steps_per_call_counts_each(ip):
+    """A distribution strategy's multi-step function: 4 `strategy.run` steps per call."""
+    ip.run_cell(
+        "import numpy as np, tensorflow as tf, keras\n"
+        "strategy = tf.distribute.MirroredStrategy(['CPU:0'])\n"
+        "x = np.random.default_rng(0).normal(size=(64, 6)).astype('float32')\n"
+        "y = x.sum(axis=1, keepdims=True)\n"
+        "with strategy.scope():\n"
+        "    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])\n"
+        "    optimizer = keras.optimizers.SGD(0.01)\n"
+        "data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()\n"
+        "it = iter(strategy.experimental_distribute_dataset(data))\n"
+        "def step(xb, yb):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+        "@tf.function\n"
+        "def multi_step(iterator):\n"
+        "    for _ in tf.range(4):\n"
+        "        xb, yb = next(iterator)\n"
+        "        strategy.run(step, args=(xb, yb))\n"
+    )
+    result, r = profiled(ip, "for i in range(5):\n    multi_step(it)\n")
+    assert result.success
+    assert phases(r)["train"] == 20
+    (stats,) = [f for f in r.record.functions if f.name == "multi_step"]
+    assert (stats.calls, stats.updates_per_call) == (5, 4)

@@ -154,6 +154,10 @@ class FunctionStats:
     objects: int  # distinct tf.function objects seen for this Python function
     keras_internal: bool  # Keras' own train/test/predict function
     updates_weights: bool  # an optimizer update was traced inside it
+    # Optimizer updates one call made, on average, where the calls were seen to make more than
+    # one (a tf.function over a whole epoch): each update is then a step of the table. 0: one
+    # step per call, or not known (a function traced before the run).
+    updates_per_call: float = 0.0
 
 
 @dataclass

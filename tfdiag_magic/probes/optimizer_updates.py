@@ -56,6 +56,7 @@ class OptimizerProbe:
                 entry = rec.functions.get(id(top))
                 if entry is not None:
                     entry.updates = True
+                    entry.watch(optimizer)  # its updates per call are counted (tf_functions)
             if not here.main:
                 return original(optimizer, *args, **kwargs)
             if ref(optimizer) not in updated:  # a membership test per update, no call

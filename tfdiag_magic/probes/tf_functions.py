@@ -26,6 +26,8 @@ _SIGNATURE_CHARS = 400
 # Argument types that may hold NumPy arrays (`host_bytes` reads them): any other argument, a
 # tensor most often, is passed over without a call.
 _HOST_TYPES = frozenset({np.ndarray, tuple, list, dict})
+_PROBE_CALLS = 2  # calls after which a function making one update per call is read no more
+_COUNTED_OPTIMIZERS = 4  # optimizers watched per function
 
 
 class FunctionEntry:
@@ -38,6 +40,8 @@ class FunctionEntry:
     __slots__ = (
         "batch",
         "calls",
+        "counted_calls",
+        "counters",
         "inspected",
         "keras_internal",
         "last_count",
@@ -45,7 +49,9 @@ class FunctionEntry:
         "name",
         "ref",
         "traces_before",
+        "updated",
         "updates",
+        "watching",
     )
 
     def __init__(self, function: Any) -> None:
@@ -59,14 +65,68 @@ class FunctionEntry:
         self.batch = float("nan")  # batch size seen on the first call with one
         self.traces_before = self.last_count = _tracing_count(function)
         self.updates = False
+        # The optimizers whose update was traced inside this function, each with its
+        # `iterations` when last read: read after each of the first calls, and after every call
+        # of a function seen to make several updates per call (see `updates_in_call`).
+        self.counters: list[tuple[weakref.ref[Any], list[int]]] = []
+        self.watching = False
+        self.updated = 0  # updates counted over the calls that made several
+        self.counted_calls = 0  # those calls
         self.inspected = False
         self.loss_at: Any = _UNKNOWN  # where the returned loss sits, learned on the first call
+
+    def watch(self, optimizer: Any) -> None:
+        """An update of `optimizer` was traced inside this function: read its `iterations`
+        now (at tracing, before the call runs the update) and after the calls."""
+        if len(self.counters) >= _COUNTED_OPTIMIZERS or any(
+            ref() is optimizer for ref, _ in self.counters
+        ):
+            return
+        value = _iterations(optimizer)
+        if value is not None:
+            self.counters.append((weakref.ref(optimizer), [value]))
+            self.watching = True
+
+    def updates_in_call(self) -> int:
+        """Optimizer updates the call that just ended made: the largest rise of a watched
+        optimizer's `iterations` (two optimizers updated once each, a GAN's step, make one).
+
+        Read after the first `_PROBE_CALLS` calls, and then only while calls make several
+        updates: a read waits for the call's work to finish, which a whole epoch's call has
+        done anyway, while a one-update step on a GPU must keep running ahead of the host.
+        """
+        most = 0
+        for ref, last in self.counters:
+            value = _iterations(ref())
+            if value is not None:
+                most = max(most, value - last[0])
+                last[0] = value
+        if most > 1:
+            self.updated += most
+            self.counted_calls += 1
+        elif self.calls >= _PROBE_CALLS and not self.counted_calls:
+            self.watching = False  # one update per call: the rows are the steps
+        return max(most, 1)
 
     def traces(self) -> int:
         """Tracings during the run (counted when last seen, if the function is gone)."""
         function = self.ref()
         count = _tracing_count(function) if function is not None else self.last_count
         return max(count - self.traces_before, 0)
+
+
+def _iterations(optimizer: Any) -> int | None:
+    """An optimizer's `iterations` now, read eagerly (also while a graph is traced); None if
+    it has none or it cannot be read."""
+    if optimizer is None:
+        return None
+    try:
+        import tensorflow as tf
+
+        with tf.init_scope():
+            return int(np.asarray(optimizer.iterations.numpy()))
+    except Exception:
+        return None
 
 
 def is_keras_internal(python_function: Any) -> bool:
@@ -222,12 +282,14 @@ class TFFunctionProbe:
                     objects=1,
                     keras_internal=entry.keras_internal,
                     updates_weights=entry.updates,
+                    updates_per_call=_per_call(entry),
                 )
             else:
                 stats.calls += entry.calls
                 stats.traces += traces
                 stats.objects += 1
                 stats.updates_weights = stats.updates_weights or entry.updates
+                stats.updates_per_call = max(stats.updates_per_call, _per_call(entry))
         return sorted(grouped.values(), key=lambda s: (-s.calls, s.name))
 
     @staticmethod
@@ -334,7 +396,10 @@ class TFFunctionProbe:
             else:
                 loss = loss_at(result, location)
             if entry.updates:  # a training step (`add_step` marks it as one)
-                add_step(train, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
+                # A call that made several optimizer updates (a whole epoch in one function)
+                # is as many steps, each an equal share of the call.
+                fused = entry.updates_in_call() if entry.watching else 1
+                add_step(train, kind, start, end, wait, -1, eager, loss, fused, None, host, batch)
             else:
                 add_step(other, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
                 if not eager:
@@ -369,6 +434,10 @@ class TFFunctionProbe:
                 )
 
         return wraps_exactly(_create_concrete_function, original)
+
+
+def _per_call(entry: FunctionEntry) -> float:
+    return entry.updated / entry.counted_calls if entry.counted_calls else 0.0
 
 
 def _signature(function_type: Any) -> str:

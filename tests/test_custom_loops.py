@@ -529,3 +529,26 @@ def test_a_strategy_function_running_several_steps_per_call_counts_each(ip):
     assert phases(r)["train"] == 20
     (stats,) = [f for f in r.record.functions if f.name == "multi_step"]
     assert (stats.calls, stats.updates_per_call) == (5, 4)
+
+
+def test_time_split_gives_tracing_its_own_part(loop_ip):
+    """A step function retraced on every call (a Python int argument): tracing is a part of
+    the split, not compute, the parts add up to the wall time, and the report leads with it."""
+    loop_ip.run_cell(
+        "@tf.function\n"
+        "def step_with_index(xb, yb, index):\n"
+        "    grads, loss = grads_and_loss(xb, yb)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+    )
+    result, r = profiled(loop_ip, "for i in range(12):\n    step_with_index(x[:8], y[:8], i)\n")
+    assert result.success
+    split = r.report()["time_split"]
+    traced = [t for t in r.record.traces if not t.nested]
+    assert len(traced) >= 12
+    assert split["tracing"] == pytest.approx(sum(t.duration for t in traced), rel=0.01)
+    assert split["tracing"] > split["compute"]  # each call traces: tracing is most of it
+    total = split["compute"] + split["tracing"] + split["data_wait"] + split["other"]
+    assert total + split["callbacks"] == pytest.approx(split["wall"], rel=0.01)
+    time_line = next(line for line in r.summary().splitlines() if line.startswith("Time:"))
+    assert time_line.startswith("Time: tracing")

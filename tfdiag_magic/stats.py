@@ -41,12 +41,16 @@ class PhaseStats:
 
 @dataclass
 class TimeSplit:
+    """Where the run's wall time went; the parts add up to `wall` (they never overlap)."""
+
     wall: float
-    compute: float  # inside steps
+    compute: float  # inside steps, their tracing left out
     data_wait: float  # waiting for the next item of the cell's loops
-    other: float  # everything else: Python between steps, setup, callbacks, printing
+    other: float  # everything else: Python between steps, setup, printing
     data_wait_observable: bool  # waits were measured: the cell's own loops iterate data
     data_wait_note: str = ""  # what the data wait does not cover, when that matters
+    tracing: float = 0.0  # building tf.function graphs (inside steps or not)
+    callbacks: float = 0.0  # Keras callbacks around the batches
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,7 +138,22 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
 def time_split(record: Record) -> TimeSplit:
     steps = record.steps
     is_loop = steps["kind"] == Kind.LOOP
-    compute = _covered_time(steps["start"][~is_loop], steps["duration"][~is_loop])
+    step_starts, step_durations = steps["start"][~is_loop], steps["duration"][~is_loop]
+    compute = _covered_time(step_starts, step_durations)
+    # Tracing: the outermost tracings (a nested one lies inside its caller's), inside steps (a
+    # step that traced) or not (`get_concrete_function` in the cell); what of it fell inside
+    # steps is no step's work.
+    outer = [t for t in record.traces if not t.nested]
+    trace_starts = np.array([t.time for t in outer], dtype=np.float64)
+    trace_durations = np.array([t.duration for t in outer], dtype=np.float64)
+    tracing = _covered_time(trace_starts, trace_durations)
+    if tracing > 0.0 and compute > 0.0:
+        both = _covered_time(
+            np.concatenate((step_starts, trace_starts)),
+            np.concatenate((step_durations, trace_durations)),
+        )
+        compute -= compute + tracing - both  # less the tracing inside steps
+    callbacks = float(np.nansum(steps["callback_time"]))
     loop_waits = steps["data_wait"][is_loop]
     data_wait = float(np.nansum(loop_waits)) if loop_waits.size else 0.0
     if record.dropped is not None:
@@ -144,6 +163,7 @@ def time_split(record: Record) -> TimeSplit:
         kept = float(steps["duration"][~is_loop].sum())
         left_out = record.dropped.total("duration") - record.dropped.total("duration", "loop")
         compute += left_out * (compute / kept if kept > 0 else 1.0)
+        callbacks += record.dropped.total("callback_time")
     wall = float(record.wall_time)
     observable = bool(is_loop.any())
     keras_steps = bool((steps["kind"] == Kind.KERAS).any())
@@ -163,8 +183,9 @@ def time_split(record: Record) -> TimeSplit:
     if compute == 0.0 and is_loop.any():
         # Only loop iterations were recorded: their bodies are the work.
         compute = float(steps["duration"][is_loop & (steps["loop"] == _outermost(record))].sum())
-    other = max(wall - compute - data_wait, 0.0)
-    return TimeSplit(wall, compute, data_wait, other, observable, note)
+    compute = max(compute, 0.0)
+    other = max(wall - compute - data_wait - tracing - callbacks, 0.0)
+    return TimeSplit(wall, compute, data_wait, other, observable, note, tracing, callbacks)
 
 
 def _covered_time(starts: np.ndarray, durations: np.ndarray) -> float:

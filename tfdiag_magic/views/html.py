@@ -25,6 +25,7 @@ from .text import (
     headline,
     short_name,
     split_functions,
+    split_parts,
     traced_on_most_calls,
 )
 
@@ -67,7 +68,13 @@ TAB_STYLE = """
 @media (prefers-color-scheme: dark){body{background:#111418;color:#e5e7eb}}
 """
 TABS = ("Overview", "Steps", "Memory", "GPU", "Findings", "Data")
-SPLIT_COLORS = {"compute": "#3b82f6", "data wait": "#f59e0b", "other": "#9ca3af"}
+SPLIT_COLORS = {
+    "compute": "#3b82f6",
+    "tracing": "#ef4444",
+    "data wait": "#f59e0b",
+    "callbacks": "#10b981",
+    "other": "#9ca3af",
+}
 STATIC_TABLE_ROWS = 10  # first and last rows of the per-step table in the notebook view
 PAGE_TABLE_ROWS = 50  # ... and in the report file
 PAGE_CSV_LIMIT = 50_000  # steps up to which the report file carries its CSV
@@ -104,15 +111,12 @@ def _tab_style(count: int = len(TABS)) -> str:
 
 
 def split_bar(split: dict[str, Any]) -> str:
-    """The time split as a bar: compute, data wait, other."""
+    """The time split as a bar, largest part first: compute, tracing, data wait, callbacks,
+    other."""
     wall = split["wall"]
     if wall <= 0:
         return ""
-    parts = [
-        ("compute", split["compute"]),
-        ("data wait", split["data_wait"]),
-        ("other", split["other"]),
-    ]
+    parts = [(name, value or 0.0) for name, value in split_parts(split)]
     spans = "".join(
         f'<span title="{name}: {share(value, wall)}" '
         f'style="width:{100 * value / wall:.2f}%;background:{SPLIT_COLORS[name]}"></span>'
@@ -166,21 +170,16 @@ def overview_html(report: dict[str, Any]) -> str:
         parts.append("<p>No steps were recorded.</p>")
     split = report["time_split"]
     wall = split["wall"]
-    wait = (
-        f"{share(split['data_wait'], wall)} ({seconds(split['data_wait'])})"
-        if split["data_wait_observable"]
-        else "–"
+    listed = ", ".join(
+        f"{name} {share(value, wall)} ({seconds(value)})" if value is not None else f"{name} –"
+        for name, value in split_parts(split)
     )
     note = (
         f' <span class="muted">(data wait: {e(split["data_wait_note"])})</span>'
         if split.get("data_wait_note")
         else ""
     )
-    parts.append(
-        "<p><b>Time</b>: compute "
-        f"{share(split['compute'], wall)} ({seconds(split['compute'])}), data wait {wait}, "
-        f"other {share(split['other'], wall)} ({seconds(split['other'])}).{note}</p>"
-    )
+    parts.append(f"<p><b>Time</b>: {e(listed)}.{note}</p>")
     parts.append(split_bar(split))
     parts.append(memory_table(report))
     findings = sorted_findings(report["findings"])

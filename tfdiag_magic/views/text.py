@@ -97,16 +97,12 @@ def render_text(report: dict[str, Any]) -> str:
         out.append("No steps were recorded.")
     split = report["time_split"]
     wall = split["wall"]
-    wait = (
-        f"data wait {share(split['data_wait'], wall)} ({seconds(split['data_wait'])})"
-        if split["data_wait_observable"]
-        else "data wait –"
+    parts = ", ".join(
+        f"{name} {share(value, wall)} ({seconds(value)})" if value is not None else f"{name} –"
+        for name, value in split_parts(split)
     )
     out.append("")
-    out.append(
-        f"Time: compute {share(split['compute'], wall)} ({seconds(split['compute'])}), {wait}, "
-        f"other {share(split['other'], wall)} ({seconds(split['other'])})"
-    )
+    out.append(f"Time: {parts}")
     if split.get("data_wait_note"):
         out.append(f"  (data wait: {split['data_wait_note']})")
     memory = report["memory"]
@@ -219,3 +215,18 @@ def _finding_lines(index: int, finding: dict[str, Any], report: dict[str, Any]) 
             lines.append(f"    Measure the fix: run the rewritten cell under `{first[0]}`.")
     lines.append(f"    More: %tfprofile --explain {finding['code']}")
     return lines
+
+
+def split_parts(split: dict[str, Any]) -> list[tuple[str, float | None]]:
+    """The time split's parts, largest first, as (label, seconds): compute, tracing, data
+    wait, callbacks, other; data wait is None (last) where it was not measured. Tracing and
+    callbacks are left out where there were none (and in reports written before them)."""
+    parts: list[tuple[str, float | None]] = [("compute", split["compute"])]
+    for key in ("tracing", "callbacks"):
+        if split.get(key):
+            parts.append((key, split[key]))
+    parts.append(("other", split["other"]))
+    parts.append(("data wait", split["data_wait"] if split["data_wait_observable"] else None))
+    measured = [(name, value) for name, value in parts if value is not None]
+    measured.sort(key=lambda part: -(part[1] or 0.0))
+    return measured + [(name, value) for name, value in parts if value is None]

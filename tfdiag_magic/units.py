@@ -33,3 +33,34 @@ def share(part: float, whole: float) -> str:
 
 def rate(value: float | None) -> str:
     return "–" if value is None else f"{value:,.1f}"
+
+
+# Evidence keys measured in a unit say so by their names (the JSON keeps the raw numbers).
+_DIMENSIONLESS = ("ratio", "r2", "rho", "rank_correlation", "slope")
+
+
+def evidence_value(key: str, value: object) -> str:
+    """One evidence value for reading, in the unit its key names: ``*_bytes`` as MiB/GiB,
+    ``*_s`` (and ``*_s_per_*``) as ms/s, ``*share*`` (a fraction) as a percentage, ``*_per_s``
+    as a rate, ``*_percent`` as a percentage; counts with thousands separators. Anything else
+    (text, lists) as it is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    name = key.lower()
+    if value != value:  # NaN
+        return "–"
+    if name.endswith("_bytes") or name.endswith("bytes_per_step"):
+        return size(value)
+    if name.endswith("_per_s"):
+        return f"{value:,.1f}/s"
+    if name.endswith("_percent"):
+        return f"{value:.0f} %"
+    if "share" in name:
+        return f"{100 * value:.1f} %"
+    if name.endswith("_s") or "_s_per_" in name:
+        return seconds(value)
+    if name in _DIMENSIONLESS:
+        return f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.0f}" if abs(value) >= 1000 and value == int(value) else f"{value:.4g}"

@@ -14,6 +14,8 @@ import json
 from html import escape
 from typing import Any
 
+from ..units import evidence_value
+
 SEVERITY_COLORS = {"error": "#dc2626", "warning": "#d97706", "info": "#2563eb"}
 
 # Copy the rewrite: the Clipboard API where the page may use it, else a selected textarea.
@@ -60,9 +62,10 @@ def _attr(js: str) -> str:
     return escape(js, quote=True)
 
 
-def _value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
+def _value(key: str, value: Any) -> str:
+    """An evidence value in the unit its key names (`units.evidence_value`)."""
+    if isinstance(value, (int, float)):
+        return evidence_value(key, value)
     if isinstance(value, (dict, list, tuple)):
         text = json.dumps(value, default=str)
         return text if len(text) <= 300 else text[:300] + "…"
@@ -126,7 +129,8 @@ def finding_html(
     evidence = finding.get("evidence") or {}
     if evidence:
         rows = "".join(
-            f"<tr><td>{e(str(k))}</td><td>{e(_value(v))}</td></tr>" for k, v in evidence.items()
+            f"<tr><td>{e(str(k))}</td><td>{e(_value(str(k), v))}</td></tr>"
+            for k, v in evidence.items()
         )
         parts.append(f'<table class="tfdiag-evidence"><tr><th>evidence</th><th></th></tr>{rows}')
         parts.append("</table>")

@@ -9,7 +9,7 @@ import textwrap
 from typing import Any
 
 from ..report import table_note
-from ..units import rate, seconds, share, size
+from ..units import evidence_value, rate, seconds, share, size
 from .experiments import comparison_text, insert_cell, sweep_text
 
 # Measured (Keras 3.15): per model, fit/evaluate/predict reuse one train, test and predict
@@ -183,10 +183,12 @@ def _evidence_text(evidence: dict[str, Any]) -> str:
         if value is None or value == [] or value == {}:
             continue
         if isinstance(value, dict):
-            value = ", ".join(f"{k}: {v}" for k, v in value.items())
+            value = ", ".join(f"{k}: {evidence_value(str(k), v)}" for k, v in value.items())
         elif isinstance(value, list):
-            value = ", ".join(str(v) for v in value)
-        parts.append(f"{key}={value}")
+            value = ", ".join(evidence_value(key, v) for v in value)
+        else:
+            value = evidence_value(key, value)
+        parts.append(f"{key} {value}")
     return "; ".join(parts)
 
 

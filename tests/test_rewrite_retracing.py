@@ -236,3 +236,51 @@ def test_a_cell_using_tf_imported_in_an_earlier_cell_is_rewritten_with_that_tf()
     shadowed = "tf = None\n" + cell
     with namespace_modules({"tf": "tensorflow"}):
         assert scalars_to_tensors(shadowed, function="scale", arguments=["factor"]) is None
+
+
+def test_scalars_to_tensors_keeps_the_body_working_with_a_tensor():
+    """The retracing demo's warm-up: `min(1.0, (step + 1) / 20)` with a tensor step raises in
+    a traced function, and an int32 step divided is float64, which a float32 loss cannot
+    multiply: the rewrite uses tf.minimum and a float32 step."""
+    source = (
+        "import tensorflow as tf\n"
+        "@tf.function\n"
+        "def train_step(x, step):\n"
+        "    warmup = min(1.0, (step + 1) / 20)\n"
+        "    return tf.reduce_mean(x) * warmup\n"
+        "for step in range(30):\n"
+        "    train_step(x, step)\n"
+    )
+    out = scalars_to_tensors(source, function="train_step", arguments=["step"])
+    assert "warmup = tf.minimum(1.0, (step + 1) / 20)\n" in out
+    assert "train_step(x, tf.constant(step, dtype=tf.float32))\n" in out
+    import tensorflow as tf
+
+    namespace = {"x": tf.ones((4,))}
+    exec(compile(out, "<rewrite>", "exec"), namespace)  # runs: the body takes the tensor
+    assert namespace["train_step"].experimental_get_tracing_count() == 1
+
+
+def test_scalars_to_tensors_leaves_a_body_that_needs_a_python_number():
+    source = (
+        "import tensorflow as tf\n"
+        "@tf.function\n"
+        "def head(x, n):\n"
+        "    return x[: int(n)]\n"
+        "for n in range(1, 6):\n"
+        "    head(x, n)\n"
+    )
+    assert scalars_to_tensors(source, function="head", arguments=["n"]) is None
+
+
+def test_scalars_to_tensors_keeps_an_index_an_integer():
+    source = (
+        "import tensorflow as tf\n"
+        "@tf.function\n"
+        "def pick(x, i):\n"
+        "    return tf.gather(x, i)\n"
+        "for i in range(5):\n"
+        "    pick(x, i)\n"
+    )
+    out = scalars_to_tensors(source, function="pick", arguments=["i"])
+    assert "pick(x, tf.constant(i))\n" in out

@@ -22,6 +22,9 @@ class Finding:
     rewrite: str | None = None  # the user's cell, rewritten to fix it, when there is one
     diff: str | None = None  # unified diff from the cell to `rewrite`
     impact: float = 0.0  # seconds of the run this problem accounts for (estimate; for ordering)
+    # The code of the finding that explains this one (its root cause), with the measured link
+    # in `evidence`; None for a finding of its own. Fixing the cause makes this one go.
+    caused_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,6 +13,7 @@ from types import ModuleType
 
 from ..findings import Finding
 from ..record import Record
+from .causes import link_causes
 from .evidence import ProblemSink, problems_to, report_problem
 
 RULE_MODULES: tuple[str, ...] = (
@@ -67,7 +68,11 @@ def diagnose(record: Record, on_problem: ProblemSink | None = None) -> list[Find
             if finding is not None:
                 findings.append(finding)
     findings.sort(key=Finding.sort_key)
-    return findings
+    try:
+        return link_causes(record, findings)
+    except Exception as exc:  # the findings stand without their links
+        report_problem("linking findings to their causes", exc)
+        return findings
 
 
 class UnknownCodeError(LookupError):

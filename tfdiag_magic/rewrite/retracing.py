@@ -215,7 +215,14 @@ def scalars_to_tensors(source: str, *, function: str, arguments: list[str | int]
         params = _parameters(names, module, function)
         callees = _callee_names(names, module, function)
         methods = _is_method(module, function)
-        edits = {}
+        edits: dict[cst.CSTNode, object] = {}
+        # The body must work with a tensor where it had a Python number (see `_body_edits`).
+        body = _body_edits(module, function, arguments, params, tf)
+        if body is None:
+            return None
+        float_dtype, body_edits = body
+        edits.update(body_edits)
+        dtype = f", dtype={tf}.float32" if float_dtype else ""
         for node in walk(module):
             if not isinstance(node, cst.Call):
                 continue
@@ -230,14 +237,68 @@ def scalars_to_tensors(source: str, *, function: str, arguments: list[str | int]
             for arg in _selected_args(node, arguments, params):
                 if _already_tensor(names, arg.value):
                     continue
-                wrapped = cst.Call(func=parse_expr(f"{tf}.constant"), args=[cst.Arg(arg.value)])
+                wrapped = parse_expr(f"{tf}.constant(__value__{dtype})")
+                wrapped = wrapped.with_changes(
+                    args=[cst.Arg(arg.value), *wrapped.args[1:]]  # type: ignore[attr-defined]
+                )
                 edits[arg] = lambda a, wrapped=wrapped: a.with_changes(value=wrapped)
-        if not edits:
+        if len(edits) == len(body_edits):
             return None
         module = replace(module, edits)
         return add_import(module, "tensorflow", tf) if missing else module
 
     return rewrite_cell(source, transform)
+
+
+# Builtins that need a Python number: given a tensor inside a traced function they raise
+# (`int(t)`, `float(t)`, `round`, `bool`), or they compare it as a Python bool (`min`, `max`).
+_NEEDS_NUMBER = frozenset({"int", "float", "round", "bool", "len", "str", "format"})
+_TENSOR_FORMS = {"min": "minimum", "max": "maximum"}
+
+
+def _body_edits(
+    module: cst.Module,
+    function: str,
+    arguments: list[str | int],
+    params: list[str] | None,
+    tf: str,
+) -> tuple[bool, dict[cst.CSTNode, object]] | None:
+    """What the function's body needs to take the converted arguments as tensors: whether a
+    float32 tensor is the right one (the body divides it or mixes it with float literals: an
+    int32 tensor divided gives float64, which a float32 loss cannot multiply), and ``min``/
+    ``max`` of two values, one of them the argument, as ``tf.minimum``/``tf.maximum``. None
+    when the body uses the argument where only a Python number will do (``int(step)``,
+    ``float(step)``, ``round``, ``len``, ``str``): no rewrite, rather than one that breaks.
+    Without the function's def in the cell, nothing is known: ints stay ints."""
+    defs = _defs(module, function.split(".")[-1])
+    if len(defs) != 1:
+        return False, {}
+    names = {a for a in arguments if isinstance(a, str)}
+    names |= {params[a] for a in arguments if isinstance(a, int) and params and a < len(params)}
+    if not names:
+        return False, {}
+
+    def uses(node: cst.CSTNode) -> bool:
+        return any(isinstance(n, cst.Name) and n.value in names for n in walk(node))
+
+    float_dtype = False
+    edits: dict[cst.CSTNode, object] = {}
+    for node in walk(defs[0].body):
+        if isinstance(node, cst.BinaryOperation) and uses(node):
+            divides = isinstance(node.operator, cst.Divide)
+            floats = any(isinstance(n, cst.Float) for n in walk(node))
+            float_dtype = float_dtype or divides or floats
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and uses(node):
+            callee = node.func.value
+            if callee in _NEEDS_NUMBER:
+                return None
+            if callee in _TENSOR_FORMS:
+                if len(node.args) != 2 or any(a.star or a.keyword for a in node.args):
+                    return None
+                if any(isinstance(n, cst.Float) for n in walk(node)):
+                    float_dtype = True
+                edits[node.func] = parse_expr(f"{tf}.{_TENSOR_FORMS[callee]}")
+    return float_dtype, edits
 
 
 def _callee_names(names: Aliases, module: cst.Module, function: str) -> set[str]:

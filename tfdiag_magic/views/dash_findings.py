@@ -116,12 +116,19 @@ def finding_html(
     e = escape
     severity = str(finding.get("severity", "info"))
     color = SEVERITY_COLORS.get(severity, "#6b7280")
+    cause = finding.get("caused_by")
     parts = [
-        '<div class="tfdiag-finding">',
+        '<div class="tfdiag-finding" style="margin-left:1.5em">'
+        if cause
+        else '<div class="tfdiag-finding">',
         f'<div class="tfdiag-ftitle"><span class="tfdiag-badge" style="background:{color}">'
         f"{e(severity)}</span> <code>{e(str(finding.get('code', '')))}</code> "
         f"<b>{e(str(finding.get('title', '')))}</b></div>",
     ]
+    if cause:
+        parts.append(
+            f'<p class="muted">↳ Caused by <code>{e(str(cause))}</code>: fixing it fixes this.</p>'
+        )
     if finding.get("detail"):
         parts.append(f"<p>{e(str(finding['detail']))}</p>")
     if finding.get("fix"):
@@ -172,9 +179,18 @@ def finding_html(
 
 
 def sorted_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Most important first: errors before warnings before info, then by estimated cost."""
+    """Most important first: errors before warnings before info, then by estimated cost; a
+    finding caused by another (`caused_by`) right after its cause."""
     order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(
+    ranked = sorted(
         findings,
         key=lambda f: (order.get(str(f.get("severity")), 3), -float(f.get("impact") or 0.0)),
     )
+    codes = {f.get("code") for f in ranked}
+    placed: list[dict[str, Any]] = []
+    for finding in ranked:
+        if finding.get("caused_by") in codes:
+            continue  # placed under its cause
+        placed.append(finding)
+        placed.extend(f for f in ranked if f.get("caused_by") == finding.get("code"))
+    return placed

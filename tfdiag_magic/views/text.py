@@ -193,8 +193,16 @@ def _evidence_text(evidence: dict[str, Any]) -> str:
 
 
 def _finding_lines(index: int, finding: dict[str, Any], report: dict[str, Any]) -> list[str]:
-    lines = [f"  {finding['severity'].upper()} {finding['code']}: {finding['title']}"]
-    wrap = textwrap.TextWrapper(width=96, initial_indent="    ", subsequent_indent="    ")
+    cause = finding.get("caused_by")
+    if cause:  # a consequence, shown under its cause
+        lines = [
+            f"    ↳ {finding['severity'].upper()} {finding['code']}: {finding['title']}",
+            f"      caused by {cause}: fixing that fixes this",
+        ]
+        wrap = textwrap.TextWrapper(width=96, initial_indent="      ", subsequent_indent="      ")
+    else:
+        lines = [f"  {finding['severity'].upper()} {finding['code']}: {finding['title']}"]
+        wrap = textwrap.TextWrapper(width=96, initial_indent="    ", subsequent_indent="    ")
     if finding.get("detail"):
         lines.extend(wrap.wrap(finding["detail"]))
     evidence = _evidence_text(finding.get("evidence") or {})

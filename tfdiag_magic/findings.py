@@ -25,9 +25,14 @@ class Finding:
     # The code of the finding that explains this one (its root cause), with the measured link
     # in `evidence`; None for a finding of its own. Fixing the cause makes this one go.
     caused_by: str | None = None
+    # How `rewrite` was made: (rewrite function, facts), so that the rewrites of several
+    # findings can be composed into one cell (`diagnose.combined`); not part of the report.
+    recipe: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["recipe"]
+        return data
 
     def sort_key(self) -> tuple[int, float]:
         return SEVERITY_ORDER.get(self.severity, 3), -self.impact

@@ -360,6 +360,7 @@ class TFProfileMagics(Magics):
             return None
         result = ProfileResult(label=args.output or "", record=shown.result.record)
         result.findings = shown.result.findings
+        result.combined_rewrite = shown.result.combined_rewrite
         result.problems = [*sweep.problems, *shown.result.problems]
         result.experiment = sweep
         failed_all = stop is None and all(run.status != "ok" for run in sweep.runs)

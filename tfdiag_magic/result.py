@@ -52,6 +52,9 @@ class ProfileResult:
         self.label = label
         self.record: Record | None = record
         self.findings: list[Finding] = []
+        # Every finding's fix in one cell, composed so that no fix undoes another (None with
+        # fewer than two fixes: a finding's own rewrite is the cell then).
+        self.combined_rewrite: str | None = None
         self.comparison: Comparison | None = None  # with --compare NAME
         self.experiment: Sweep | None = None  # with --sweep NAME=V1,V2,...
         self.stored_as: str | None = None  # the variable of the user namespace that holds it
@@ -111,6 +114,13 @@ class ProfileResult:
             sweep=self.experiment.to_dict() if self.experiment is not None else None,
             stored_as=self.stored_as,
         )
+        report["combined_rewrite"] = self.combined_rewrite
+        report["combined_diff"] = None
+        source = self.finished_record().source
+        if self.combined_rewrite is not None and source:
+            from .rewrite.common import unified_diff
+
+            report["combined_diff"] = unified_diff(source, self.combined_rewrite)
         report["problems"] = list(self.problems)
         return report
 

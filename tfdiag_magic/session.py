@@ -180,8 +180,12 @@ class Session:
             rec.release_user_objects()  # a result kept in the notebook keeps none of them
         result.record = record
         from .diagnose import diagnose
+        from .diagnose.combined import combined_rewrite
 
         result.findings = self._stage("diagnosis", diagnose, record, result.add_problem) or []
+        result.combined_rewrite = self._stage(
+            "the combined rewrite", combined_rewrite, result.findings, record.source
+        )
         return result
 
     def _stage(self, name: str, function: Callable[..., Any], *args: Any) -> Any:

@@ -117,16 +117,30 @@ def rewrite(function: RewriteFunction, source: str | None, /, **facts: Any) -> s
         return None
     if not isinstance(result, str) or result.strip() == source.strip():
         return None
-    return result
+    return Rewritten(result, (function, facts))
+
+
+class Rewritten(str):
+    """A rewritten cell that remembers how it was made (`recipe`: the function and facts),
+    so the same fix can be applied again to a cell that other fixes changed already."""
+
+    recipe: tuple[RewriteFunction, dict[str, Any]] | None
+
+    def __new__(cls, text: str, recipe: tuple[RewriteFunction, dict[str, Any]]) -> Rewritten:
+        made = super().__new__(cls, text)
+        made.recipe = recipe
+        return made
 
 
 def with_rewrite(finding: Finding, source: str | None, new_source: str | None) -> Finding:
-    """Attach the rewritten cell and its diff to the finding."""
+    """Attach the rewritten cell and its diff to the finding (and, for `combined`, how it
+    was made)."""
     if source and new_source:
         from ..rewrite.common import unified_diff
 
-        finding.rewrite = new_source
+        finding.rewrite = str(new_source)
         finding.diff = unified_diff(source, new_source)
+        finding.recipe = getattr(new_source, "recipe", None)
     return finding
 
 

@@ -178,6 +178,32 @@ def finding_html(
     return "".join(parts)
 
 
+COMBINED_CODE = "all-fixes"
+
+
+def findings_to_show(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The findings most important first (`sorted_findings`), led by the combined rewrite
+    (every fix in one cell) where there is one."""
+    shown = sorted_findings(report["findings"])
+    combined = report.get("combined_rewrite")
+    if combined:
+        fixed = [f["code"] for f in report["findings"] if f.get("rewrite")]
+        shown.insert(
+            0,
+            {
+                "code": COMBINED_CODE,
+                "severity": "info",
+                "title": f"Every fix in one cell ({', '.join(fixed)})",
+                "detail": "Each finding's rewrite made in turn on your cell, root causes first,"
+                " so that no fix undoes another. Insert it and run it: it runs under"
+                " --compare, and the comparison says which findings it resolved.",
+                "rewrite": combined,
+                "diff": report.get("combined_diff"),
+            },
+        )
+    return shown
+
+
 def sorted_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Most important first: errors before warnings before info, then by estimated cost; a
     finding caused by another (`caused_by`) right after its cause."""

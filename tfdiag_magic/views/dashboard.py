@@ -25,7 +25,7 @@ from ..config import in_kernel as in_kernel  # where the views and magics ask
 from ..record import PHASES
 from ..result import ProfileResult
 from ..units import rate, seconds, size
-from .dash_findings import finding_html, sorted_findings
+from .dash_findings import finding_html, findings_to_show
 from .dash_model import step_series, window_stats
 from .dash_plots import StepPlotOptions, gpu_png, memory_png, steps_png, use_log
 from .dash_table import csv_text, data_link, table_html
@@ -164,7 +164,7 @@ class Dashboard:
         self.gpu_note = self._add(w.HTML())
         gpu_tab = self._add(w.VBox([self.gpu_image, self.gpu_note]))
         # Findings
-        findings = sorted_findings(self.report["findings"])
+        findings = findings_to_show(self.report)
         finding_widgets = [self._add(w.HTML(self._wrap(self._finding(f)))) for f in findings] or [
             self._add(w.HTML(self._wrap("<p>No findings.</p>")))
         ]

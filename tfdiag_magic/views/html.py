@@ -16,7 +16,7 @@ from typing import Any
 from ..record import Record
 from ..report import table_note
 from ..units import rate, seconds, share, size
-from .dash_findings import finding_html, sorted_findings
+from .dash_findings import finding_html, findings_to_show, sorted_findings
 from .dash_plots import png_data_uri
 from .dash_table import csv_text, data_link, table_html
 from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
@@ -96,7 +96,7 @@ def findings_html(report: dict[str, Any], buttons: bool) -> str:
         finding_html(f, buttons=buttons, insert_as=insert_cell(report, str(f["rewrite"])))
         if f.get("rewrite")
         else finding_html(f, buttons=buttons)
-        for f in sorted_findings(report["findings"])
+        for f in findings_to_show(report)
     )
 
 

@@ -166,6 +166,13 @@ def render_text(report: dict[str, Any]) -> str:
         out.append(f"Findings ({len(report['findings'])}), most important first:")
         for index, f in enumerate(report["findings"]):
             out.extend(_finding_lines(index, f, report))
+        if report.get("combined_rewrite"):
+            out.append("")
+            out.append("Every fix in one cell (result.combined_rewrite), root causes first:")
+            diff = (report.get("combined_diff") or "").rstrip("\n").splitlines()
+            out.extend("      " + line for line in diff[:MAX_DIFF_LINES])
+            if len(diff) > MAX_DIFF_LINES:
+                out.append(f"      … {len(diff) - MAX_DIFF_LINES} more lines")
     error = report.get("error")
     if error:
         out.append("")

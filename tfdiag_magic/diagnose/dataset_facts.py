@@ -102,15 +102,15 @@ def _describe(stage: DatasetStage) -> str:
     if stage.function == "from_generator":
         return "a Python generator (`Dataset.from_generator`), one element at a time"
     if method:
-        name = "a lambda" if stage.function in ("", "lambda") else f"`{stage.function}`"
-        parts = [f"{name} ({method}", "in parallel" if stage.parallel else "one element at a time"]
+        name = "of a lambda" if stage.function in ("", "lambda") else f"`{stage.function}`"
+        parts = ["in parallel" if stage.parallel else "one element at a time"]
         if stage.python:
             parts.append("runs Python through `tf.py_function`/`numpy_function`")
         if stage.reads_files:
             parts.append("reads files: " + ", ".join(stage.reads_files))
         if stage.random:
             parts.append("random")
-        return ", ".join(parts) + ")"
+        return f"{method} {name} (" + ", ".join(parts) + ")"
     if stage.reads_files:
         how = "in parallel" if stage.parallel else "one file at a time"
         return f"file reads ({', '.join(stage.reads_files)}, {how})"

@@ -153,7 +153,8 @@ def by_hand(structure: DatasetStructure) -> str:
     if named:
         steps.append(
             _and([f"`{name}`" for name in named])
-            + " run Python, which holds the GIL whatever `num_parallel_calls` says: write it with"
+            + (" runs" if len(named) == 1 else " run")
+            + " Python, which holds the GIL whatever `num_parallel_calls` says: write it with"
             " TensorFlow ops, or do that work once, offline, and save its result"
         )
     if any(s.reads_files for s in structure.stages):

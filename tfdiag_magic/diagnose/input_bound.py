@@ -83,12 +83,16 @@ and cheaper elements).
 ## Threshold
 Waiting for input is at least 30% of the measured training time (wait + steps), and at least
 0.2 s in all; below 20% it never fires, and the 20-30% band is left silent on purpose (a miss
-is better than a false alarm). The margin is measured: pipelines that set the pace waited
-60-80% of fit's cycles here, and 0.5-0.75 of a loop's time, also with a CPU hog on one core;
-healthy prefetched pipelines 0-6%, and a parallel `tf.image` augmentation sharing two CPUs
-with a convolutional step 0-23%, a wait that no pipeline option removes on two cores. (20% is
-TensorBoard's profiler threshold for "highly input-bound"; firing there would call that last
-case input-bound half the time.) In the cell's loops only the part of each wait beyond what
+is better than a false alarm). The margin is measured on this 2-CPU machine with a CPU hog on
+one core, ten runs each: pipelines that set the pace waited 67-82% of fit's measured time (a
+`py_function` map, one element at a time) and 57-86% (Keras' windowed time series), and fired
+10 of 10; a light, prefetched pipeline under a wide model waited -3-6% and stayed silent 10 of
+10. Without the hog, pace-setting pipelines waited 60-80% and a parallel `tf.image`
+augmentation sharing the two CPUs with a convolutional step 0-23%, a wait that no pipeline
+option removes on two cores. A pipeline that overlaps with the step at about its pace is the
+band's case: with the hog, one waited 11-37% and fired 6 of 10. (20% is TensorBoard's profiler
+threshold for "highly input-bound"; firing there would call the `tf.image` case input-bound
+half the time.) In the cell's loops only the part of each wait beyond what
 taking a ready batch costs counts: 2 ms for a local iterator, whose `next()` costs 0.1–0.3 ms
 per batch on this 2-CPU machine with a prefetched `tf.data` pipeline (so a tiny model's loop is
 not called input-bound for the iterator's own call), and 20 ms for a loop over a distributed

@@ -497,6 +497,60 @@ def test_dataset_structure_is_read_without_taking_an_element(ip):
     assert len(list(ds.as_numpy_iterator())) == 2 and pulled == [0, 1, 2, 3]  # still all there
 
 
+def recorded_fit(*stages):
+    """A recorded fit on a tf.data dataset whose steps waited 2/3 of the time, with what the
+    run read of the dataset (as a session writes them)."""
+    from tfdiag_magic.record import DatasetStructure, KerasCall, Record
+
+    record = Record()
+    record.keras_calls = [
+        KerasCall(
+            api="fit",
+            start=0.0,
+            duration=2.0,
+            steps=40,
+            step_time=1.9,
+            loop=-1,
+            model="m",
+            batch_size=16.0,
+            data="dataset",
+            input_wait=1.0,
+            input_span=1.5,
+            input_elements=38,
+        )
+    ]
+    record.datasets = [DatasetStructure(time=0.0, api="fit", loop=-1, stages=stages)]
+    return record
+
+
+def test_input_bound_on_a_recorded_run_says_what_the_dataset_lacks_without_the_cell():
+    from tfdiag_magic.diagnose import input_bound
+    from tfdiag_magic.record import DatasetStage
+
+    batch, source = DatasetStage("BatchDataset", 0), DatasetStage("RangeDataset", 2)
+    serial = DatasetStage("MapDataset", 1, function="load", stateful=True, python=True)
+    f = input_bound.check(recorded_fit(batch, serial, source), None)
+    assert f is not None and f.rewrite is None
+    assert f.fix.startswith(
+        "Where the dataset is built, it lacks `num_parallel_calls=tf.data.AUTOTUNE` on its map"
+        " `load`; `.prefetch(tf.data.AUTOTUNE)` at its end."
+    )
+    assert f.evidence["pipeline"]["one_at_a_time"] == ["map(load)"]
+
+    prefetch = DatasetStage("PrefetchDataset", 0)
+    parallel = DatasetStage("ParallelMapDataset", 2, function="load", parallel=True, python=True)
+    batch, source = DatasetStage("BatchDataset", 1), DatasetStage("RangeDataset", 3)
+    f = input_bound.check(recorded_fit(prefetch, batch, parallel, source), None)
+    assert f is not None and f.rewrite is None
+    assert f.fix.startswith("Nothing is left to add to the pipeline's options")
+    assert "It already prefetches and maps in parallel." in f.detail
+
+    # Below the threshold: silent, whatever the dataset lacks.
+    quiet = recorded_fit(batch, serial, source)
+    quiet.keras_calls[0].input_wait = 0.4  # 27% of the measured time: the silent band
+    assert input_bound.check(quiet, None) is None
+
+
 SLOW_PYDATASET = """
 class Images(keras.utils.PyDataset):
     def __init__(self, batch_size=16, delay=0.0, **kwargs):

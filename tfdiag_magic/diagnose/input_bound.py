@@ -476,7 +476,17 @@ def _with_pipeline(
             "file_reads": sorted({op for s in structure.stages for op in s.reads_files}),
             "stages": len(structure.stages),
         }
-        if new_source is None:
+        lacks = [
+            f"`num_parallel_calls=tf.data.AUTOTUNE` on its {method} `{name}`"
+            for method, name in facts["sequential"]
+        ]
+        if not facts["prefetched"]:
+            lacks.append("`.prefetch(tf.data.AUTOTUNE)` at its end")
+        if new_source is None and lacks:  # the chain is not in the cell, or not one it can edit
+            finding.fix = (
+                "Where the dataset is built, it lacks " + "; ".join(lacks) + ". " + finding.fix
+            )
+        elif new_source is None:
             finding.fix = (
                 "Nothing is left to add to the pipeline's options: the time goes to the work of"
                 " its elements. " + by_hand(structure)

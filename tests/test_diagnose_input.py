@@ -348,7 +348,9 @@ def test_input_bound_that_sets_the_pace_fires_every_time_with_a_neighbour(feats,
 
 def test_no_input_bound_for_a_light_prefetched_pipeline_with_a_neighbour(feats, cpu_hog):
     # The input is a parallel normalisation of rows held in memory, prefetched; the step is
-    # two 512-unit layers: the steps waited -0.03-0.06 of the time in ten runs with the hog.
+    # two 512-unit layers. With the hog the steps waited -0.05-0.06 of the time in ten runs,
+    # and up to 0.19 in twenty more while the machine's load average was 7-9 on its two CPUs
+    # (the prefetching thread starved): always below the 0.3 the finding fires at.
     cell = (
         "def normalise(x, y):\n"
         "    return (x - 0.5) * 2.0, y\n"
@@ -367,7 +369,7 @@ def test_no_input_bound_for_a_light_prefetched_pipeline_with_a_neighbour(feats, 
         assert_silent(r, "input-bound")
         fit = next(c for c in r.record.keras_calls if c.api == "fit")
         assert fit.input_elements == 62
-        assert fit.input_wait / fit.input_span < 0.2
+        assert fit.input_wait / fit.input_span < 0.3, (fit.input_wait, fit.input_span)
 
 
 def test_input_bound_rewrite_adds_only_what_the_dataset_lacks(feats):

@@ -86,23 +86,25 @@ Waiting for input is at least 30% of the measured training time (wait + steps), 
 is better than a false alarm). The margin is measured on this 2-CPU machine with a CPU hog on
 one core, ten runs each: pipelines that set the pace waited 67-82% of fit's measured time (a
 `py_function` map, one element at a time) and 57-86% (Keras' windowed time series), and fired
-10 of 10; a light, prefetched pipeline under a wide model waited -3-6% and stayed silent 10 of
-10. Without the hog, pace-setting pipelines waited 60-80% and a parallel `tf.image`
-augmentation sharing the two CPUs with a convolutional step 0-23%, a wait that no pipeline
-option removes on two cores. A pipeline that overlaps with the step at about its pace is the
-band's case: with the hog, one waited 11-37% and fired 6 of 10. (20% is TensorBoard's profiler
-threshold for "highly input-bound"; firing there would call the `tf.image` case input-bound
-half the time.) In the cell's loops only the part of each wait beyond what
-taking a ready batch costs counts: 2 ms for a local iterator, whose `next()` costs 0.1–0.3 ms
-per batch on this 2-CPU machine with a prefetched `tf.data` pipeline (so a tiny model's loop is
-not called input-bound for the iterator's own call), and 20 ms for a loop over a distributed
-dataset or one copied to a device (`MirroredStrategy.experimental_distribute_dataset`,
-`prefetch_to_device`), whose `next()` took 1.5–7 ms per batch here with one or two replicas. In
-`fit`, measured in-run, the same beyond 0.2 ms per batch (what taking a ready, prefetched batch
-costs in the compiled loop: 0.01-0.06 ms measured). An epoch's repeated start-up counts when,
-in at least 2 epochs after the first (tracing steps left out), the first step's excess over
-the steady step is at least 30% of that epoch's training time in every one of them (the least
-of them is judged: a busy machine only adds) and at least 0.2 s in all.
+10 of 10; a light, prefetched pipeline under a wide model waited -5-6% and stayed silent 10 of
+10, and up to 19% (its prefetching thread starved) in 20 more runs, all silent, while the
+machine's load average was 7-9 on its two CPUs. Without the hog, pace-setting pipelines waited
+60-80% and a parallel `tf.image` augmentation sharing the two CPUs with a convolutional step
+0-23%, a wait that no pipeline option removes on two cores. A pipeline that overlaps with the
+step at about its pace is the band's case: with the hog, one waited 11-37% and fired 6 of 10.
+(20% is TensorBoard's profiler threshold for "highly input-bound"; firing there would call the
+`tf.image` case input-bound half the time.) In the cell's loops only the part of each wait
+beyond what taking a ready batch costs counts: 2 ms for a local iterator, whose `next()` costs
+0.1–0.3 ms per batch on this 2-CPU machine with a prefetched `tf.data` pipeline (so a tiny
+model's loop is not called input-bound for the iterator's own call), and 20 ms for a loop over
+a distributed dataset or one copied to a device
+(`MirroredStrategy.experimental_distribute_dataset`, `prefetch_to_device`), whose `next()` took
+1.5–7 ms per batch here with one or two replicas. In `fit`, measured in-run, the same beyond
+0.2 ms per batch (what taking a ready, prefetched batch costs in the compiled loop: 0.01-0.06
+ms measured). An epoch's repeated start-up counts when, in at least 2 epochs after the first
+(tracing steps left out), the first step's excess over the steady step is at least 30% of that
+epoch's training time in every one of them (the least of them is judged: a busy machine only
+adds) and at least 0.2 s in all.
 """
 
 # Fires at a clear share of training time spent waiting for input, and never below 20%: the

@@ -165,7 +165,7 @@ def test_input_bound_slow_generator_given_to_fit(img):
     assert ev["api"] == "fit"
     assert ev["batches_made"] >= 30
     assert ev["generator_s_per_batch"] >= 0.01
-    assert ev["generator_share_of_step_time"] >= 0.8 or ev["wait_share_in_run"] >= 0.2
+    assert ev["wait_share_in_run"] >= 0.3  # decided in-run; the per-batch ratio is shown
     assert ev["generator_s"] >= 0.3
 
 
@@ -275,6 +275,284 @@ def test_no_input_bound_when_the_encoded_rows_are_cached(tab):
     assert_silent(r, "input-bound")
 
 
+# Sleep-free per-element work in Python and NumPy (a feature extraction, ~1-2 ms an element),
+# and a small model whose step is far shorter than a batch of it.
+FEATURES = """
+import numpy as np, tensorflow as tf, keras
+rng = np.random.default_rng(0)
+rows = rng.normal(size=(4096, 64)).astype("float32")
+labels = rng.integers(0, 2, 4096)
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+def features(i):
+    x = np.linspace(0.0, 1.0, 30000, dtype=np.float32) * np.float32(int(i) % 7 + 1)
+    for _ in range(12):
+        x = np.sin(x) + np.float32(0.5) * np.cos(x)
+    return x[:64].copy(), np.int64(int(i) % 2)
+def tf_features(i):
+    x, y = tf.py_function(features, [i], [tf.float32, tf.int64])
+    x.set_shape((64,))
+    y.set_shape(())
+    return x, y
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(16, activation="relu"),
+                          keras.layers.Dense(2)])
+model.compile(optimizer="adam", loss=loss_fn)
+"""
+
+# Input is nearly all of the time: 16 elements of features a batch, made one at a time
+# (0.84-0.95 of fit's time on the development machine: fit on the same batches held in memory
+# took 5-16% of it), against a ~2 ms step.
+FEATURES_FIT = (
+    "train = tf.data.Dataset.range(640).map(tf_features).batch(16)\n"
+    "model.fit(train, epochs=1, verbose=0)\n"
+)
+
+
+@pytest.fixture
+def feats(ip):
+    ip.run_cell(FEATURES)
+    return ip
+
+
+def test_input_bound_fit_on_a_python_map_that_sets_the_pace(feats):
+    result, r = profiled(feats, FEATURES_FIT)
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    # The steps waited 0.67-0.82 of the measured time in ten runs with a CPU hog on one core.
+    assert ev["wait_share"] >= 0.4
+    assert ev["fires_at_wait_share"] == 0.3
+    assert ev["wait_beyond_ready_batch_s"] >= 0.2
+    assert ev["pipeline"] == {
+        "prefetched": False,
+        "cached": False,
+        "one_at_a_time": ["map(tf_features)"],
+        "python": ["tf_features"],
+        "file_reads": [],
+        "stages": 3,
+    }
+    assert "map `tf_features` (one element at a time, runs Python" in f.detail
+    assert f.rewrite is not None
+    assert (
+        ".map(tf_features, num_parallel_calls=tf.data.AUTOTUNE).batch(16)"
+        ".prefetch(tf.data.AUTOTUNE)\n" in f.rewrite
+    )
+
+
+def test_input_bound_that_sets_the_pace_fires_every_time_with_a_neighbour(feats, cpu_hog):
+    # Ten runs of ten fired with a CPU hog on one core (wait shares 0.67-0.82); twice here.
+    for _ in range(2):
+        result, r = profiled(feats, FEATURES_FIT)
+        assert result.success
+        assert the(r, "input-bound").evidence["wait_share"] >= 0.4
+
+
+def test_no_input_bound_for_a_light_prefetched_pipeline_with_a_neighbour(feats, cpu_hog):
+    # The input is a parallel normalisation of rows held in memory, prefetched; the step is
+    # two 512-unit layers. With the hog the steps waited -0.05-0.06 of the time in ten runs,
+    # and up to 0.19 in twenty more while the machine's load average was 7-9 on its two CPUs
+    # (the prefetching thread starved): always below the 0.3 the finding fires at.
+    cell = (
+        "def normalise(x, y):\n"
+        "    return (x - 0.5) * 2.0, y\n"
+        "train = (tf.data.Dataset.from_tensor_slices((rows, labels))\n"
+        "         .map(normalise, num_parallel_calls=tf.data.AUTOTUNE).batch(64)\n"
+        "         .prefetch(tf.data.AUTOTUNE))\n"
+        "wide = keras.Sequential([keras.Input((64,)), keras.layers.Dense(512, activation='relu'),\n"
+        "                         keras.layers.Dense(512, activation='relu'),\n"
+        "                         keras.layers.Dense(2)])\n"
+        "wide.compile(optimizer='adam', loss=loss_fn)\n"
+        "wide.fit(train, epochs=1, verbose=0)\n"
+    )
+    for _ in range(2):
+        result, r = profiled(feats, cell)
+        assert result.success
+        assert_silent(r, "input-bound")
+        fit = next(c for c in r.record.keras_calls if c.api == "fit")
+        assert fit.input_elements == 62
+        assert fit.input_wait / fit.input_span < 0.3, (fit.input_wait, fit.input_span)
+
+
+def test_input_bound_rewrite_adds_only_what_the_dataset_lacks(feats):
+    # The dataset prefetches already and one of its maps runs in parallel: the loop's rewrite
+    # parallelises the other map and adds no prefetch after `take` (which reading the cell
+    # alone would add: the `take` chain has none).
+    result, r = profiled(
+        feats,
+        "@tf.function\n"
+        "def train_step(xb, yb):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    model.optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "def scale(x, y):\n"
+        "    return x * 0.5, y\n"
+        "ds = (tf.data.Dataset.range(640).map(tf_features)\n"
+        "      .map(scale, num_parallel_calls=tf.data.AUTOTUNE).batch(16).prefetch(1))\n"
+        "for xb, yb in ds.take(30):\n"
+        "    train_step(xb, yb)\n",
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert ev["where"].startswith("line 12: for xb, yb in ds.take(30):")
+    assert ev["pipeline"]["prefetched"] is True
+    assert ev["pipeline"]["one_at_a_time"] == ["map(tf_features)"]
+    assert "It already prefetches." in f.detail
+    assert f.rewrite is not None
+    assert ".map(tf_features, num_parallel_calls=tf.data.AUTOTUNE)\n" in f.rewrite
+    assert f.rewrite.count("num_parallel_calls") == 2  # scale's own, and the one added
+    assert "for xb, yb in ds.take(30):\n" in f.rewrite
+    assert f.rewrite.count(".prefetch(") == 1
+
+
+def test_input_bound_with_nothing_to_add_names_the_cost_and_where(feats):
+    # Parallel, prefetched: the pipeline's options have nothing more to give. No rewrite; the
+    # finding says what the input costs, where (the Python map) and what is left by hand.
+    result, r = profiled(
+        feats,
+        "train = (tf.data.Dataset.range(640)\n"
+        "         .map(tf_features, num_parallel_calls=tf.data.AUTOTUNE)\n"
+        "         .batch(16).prefetch(tf.data.AUTOTUNE))\n"
+        "model.fit(train, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert f.rewrite is None and f.diff is None
+    assert ev["wait_share"] >= 0.3 and ev["wait_s"] >= 0.2
+    assert ev["pipeline"]["prefetched"] is True
+    assert ev["pipeline"]["one_at_a_time"] == []
+    assert ev["pipeline"]["python"] == ["tf_features"]
+    assert f"{ev['wait_share']:.0%}"[:-1] in f.title  # the cost, in the title
+    assert "map `tf_features` (in parallel, runs Python through `tf.py_function`" in f.detail
+    assert "It already prefetches and maps in parallel." in f.detail
+    assert f.fix.startswith("Nothing is left to add to the pipeline's options")
+    assert "`tf_features` runs Python, which holds the GIL" in f.fix
+    assert "offline" in f.fix
+
+
+def test_input_bound_windowed_time_series_that_keras_prefetches(feats):
+    # keras.utils.timeseries_dataset_from_array prefetches its windows, then batches: its
+    # per-window maps cost far more than a step of this model (the steps waited 0.57-0.86 of
+    # the time in ten runs with a CPU hog on one core; 0.69-0.72 without). A prefetch added
+    # after it would change nothing: no rewrite.
+    result, r = profiled(
+        feats,
+        "series = rng.normal(size=(6000, 8)).astype('float32')\n"
+        "windows = keras.utils.timeseries_dataset_from_array(\n"
+        "    series[:-64], series[64:, 0], sequence_length=64, batch_size=64)\n"
+        "forecaster = keras.Sequential([keras.Input((64, 8)), keras.layers.Flatten(),\n"
+        "                               keras.layers.Dense(1)])\n"
+        "forecaster.compile(optimizer='adam', loss='mse')\n"
+        "forecaster.fit(windows, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert ev["wait_share"] >= 0.4
+    assert ev["batches_measured"] == 90
+    assert ev["pipeline"]["prefetched"] is True
+    assert ev["pipeline"]["one_at_a_time"] == [] and ev["pipeline"]["python"] == []
+    assert f.rewrite is None
+    assert "4 × map of a lambda (in parallel)" in f.detail
+    assert f.fix.startswith("Nothing is left to add")
+
+
+def test_dataset_structure_is_read_without_taking_an_element(ip):
+    import tensorflow as tf
+
+    from tfdiag_magic.probes.dataset_structure import note_dataset
+    from tfdiag_magic.recorder import Recorder
+
+    pulled = []
+
+    def rows():
+        for i in range(4):
+            pulled.append(i)
+            yield float(i)
+
+    ds = (
+        tf.data.Dataset.from_generator(rows, output_signature=tf.TensorSpec((), tf.float32))
+        .map(lambda v: v + tf.random.uniform(()))
+        .cache()
+        .batch(2)
+    )
+    rec = Recorder()
+    note_dataset(rec, ds, "fit")
+    note_dataset(rec, ds, "fit")  # the same dataset from the same place: one entry
+    note_dataset(rec, object(), "fit")  # not a dataset: nothing
+    note_dataset(rec, tf.constant(1.0), "fit")  # a TensorFlow object, no dataset: nothing
+    assert pulled == []
+    (structure,) = rec.datasets
+    kinds = [s.kind for s in structure.stages]
+    assert kinds == [
+        "BatchDataset",
+        "CacheDataset",
+        "MapDataset",
+        "FlatMapDataset",
+        "TensorDataset",
+    ]
+    _, cache, noisy, generated, _ = structure.stages
+    assert noisy.function == "lambda" and noisy.random and noisy.stateful and not noisy.parallel
+    assert generated.function == "from_generator" and generated.python
+    assert not cache.to_file and structure.complete
+    assert len(list(ds.as_numpy_iterator())) == 2 and pulled == [0, 1, 2, 3]  # still all there
+
+
+def recorded_fit(*stages):
+    """A recorded fit on a tf.data dataset whose steps waited 2/3 of the time, with what the
+    run read of the dataset (as a session writes them)."""
+    from tfdiag_magic.record import DatasetStructure, KerasCall, Record
+
+    record = Record()
+    record.keras_calls = [
+        KerasCall(
+            api="fit",
+            start=0.0,
+            duration=2.0,
+            steps=40,
+            step_time=1.9,
+            loop=-1,
+            model="m",
+            batch_size=16.0,
+            data="dataset",
+            input_wait=1.0,
+            input_span=1.5,
+            input_elements=38,
+        )
+    ]
+    record.datasets = [DatasetStructure(time=0.0, api="fit", loop=-1, stages=stages)]
+    return record
+
+
+def test_input_bound_on_a_recorded_run_says_what_the_dataset_lacks_without_the_cell():
+    from tfdiag_magic.diagnose import input_bound
+    from tfdiag_magic.record import DatasetStage
+
+    batch, source = DatasetStage("BatchDataset", 0), DatasetStage("RangeDataset", 2)
+    serial = DatasetStage("MapDataset", 1, function="load", stateful=True, python=True)
+    f = input_bound.check(recorded_fit(batch, serial, source), None)
+    assert f is not None and f.rewrite is None
+    assert f.fix.startswith(
+        "Where the dataset is built, it lacks `num_parallel_calls=tf.data.AUTOTUNE` on its map"
+        " `load`; `.prefetch(tf.data.AUTOTUNE)` at its end."
+    )
+    assert f.evidence["pipeline"]["one_at_a_time"] == ["map(load)"]
+
+    prefetch = DatasetStage("PrefetchDataset", 0)
+    parallel = DatasetStage("ParallelMapDataset", 2, function="load", parallel=True, python=True)
+    batch, source = DatasetStage("BatchDataset", 1), DatasetStage("RangeDataset", 3)
+    f = input_bound.check(recorded_fit(prefetch, batch, parallel, source), None)
+    assert f is not None and f.rewrite is None
+    assert f.fix.startswith("Nothing is left to add to the pipeline's options")
+    assert "It already prefetches and maps in parallel." in f.detail
+
+    # Below the threshold: silent, whatever the dataset lacks.
+    quiet = recorded_fit(batch, serial, source)
+    quiet.keras_calls[0].input_wait = 0.4  # 27% of the measured time: the silent band
+    assert input_bound.check(quiet, None) is None
+
+
 SLOW_PYDATASET = """
 class Images(keras.utils.PyDataset):
     def __init__(self, batch_size=16, delay=0.0, **kwargs):
@@ -309,7 +587,7 @@ def test_input_bound_pydataset_building_batches_sample_by_sample(img):
     # Timed in-run: Keras' own calls (32 batches, and the first ones again for its specs).
     assert ev["batches_made"] == img.user_ns["data"].calls >= 32
     assert ev["generator_s_per_batch"] >= 16 * 0.002
-    assert ev["generator_share_of_step_time"] >= 0.8 or ev["wait_share_in_run"] >= 0.2
+    assert ev["wait_share_in_run"] >= 0.3  # decided in-run; the per-batch ratio is shown
     assert "PyDataset" in f.title
     assert vars(img.user_ns["Images"])["__getitem__"] is getitem  # put back
 

@@ -254,6 +254,36 @@ OTHER_CALLS = -2
 """`KerasCallGroup.built` of the groups that sum the calls of many models."""
 
 
+@dataclass(frozen=True)
+class DatasetStage:
+    """One transformation or source of a tf.data pipeline, as its dataset object describes it
+    (read without taking an element; see `probes.dataset_structure`)."""
+
+    kind: str  # tf.data's name for it, version left out: "MapDataset", "PrefetchDataset"...
+    depth: int = 0  # transformations between it and the pipeline's output (0: the output)
+    branch: bool = False  # below a stage with several inputs (zip, concatenate...)
+    function: str = ""  # the user's function it runs (map, interleave...): "load", "lambda"
+    parallel: bool = False  # asked to run on several threads (num_parallel_calls, reads)
+    stateful: bool = False  # its function holds state: TensorFlow never parallelises it itself
+    python: bool = False  # its function runs Python: tf.py_function, numpy_function, generator
+    random: bool = False  # its function draws random numbers (an augmentation)
+    reads_files: tuple[str, ...] = ()  # file-reading ops it runs ("ReadFile", "TFRecordDataset")
+    to_file: bool = False  # a cache to a file rather than to memory
+
+
+@dataclass(frozen=True)
+class DatasetStructure:
+    """A tf.data dataset the run's training consumed: given to a Keras call or iterated by a
+    loop of the cell, read once, before its first element, from its transformations (never by
+    iterating it). Stages are listed from the output towards the sources, depth first."""
+
+    time: float  # seconds since the run started, when it was first given to `api`/`loop`
+    api: str  # "fit", "evaluate", "predict" or "loop"
+    loop: int  # the loop that iterates it, or the one the Keras call was made in; -1: none
+    stages: tuple[DatasetStage, ...]
+    complete: bool = True  # every stage was read (False: the pipeline was longer than read)
+
+
 @dataclass
 class ModelBuilt:
     """A Keras model constructed during the run."""
@@ -331,6 +361,7 @@ class Record:
     config_calls: list[ConfigCall] = field(default_factory=list)
     callback_seconds: dict[str, float] = field(default_factory=dict)  # callback class -> s
     trained: list[TrainedState] = field(default_factory=list)  # what trained, see TrainedState
+    datasets: list[DatasetStructure] = field(default_factory=list)  # tf.data pipelines consumed
     # Rows a long run's table left out, as exact sums (None: the table holds every row).
     dropped: DroppedSteps | None = None
     # Where the table is reduced: each row's index among all rows recorded (None: 0, 1, 2...)

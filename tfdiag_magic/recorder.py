@@ -220,6 +220,7 @@ class Recorder:
         self._builds_seen = 0
         self.models: list[Any] = []  # ModelBuilt
         self.config_calls: list[Any] = []  # ConfigCall, device settings that failed
+        self.datasets: list[Any] = []  # DatasetStructure (probes/dataset_structure.py)
         self.callback_seconds: dict[str, float] = {}  # Keras callback class -> seconds
         self.pending_host_bytes = 0.0  # NumPy bytes the cell converted since the last step
         self.keras_batch = NAN  # batch size of the running fit/evaluate/predict, when known
@@ -845,6 +846,7 @@ class Recorder:
             models=list(self.models),
             config_calls=list(self.config_calls),
             callback_seconds=dict(self.callback_seconds),
+            datasets=list(self.datasets),
             dropped=left_out,
             step_index=index,
         )

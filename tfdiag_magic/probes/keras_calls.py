@@ -24,6 +24,7 @@ import numpy as np
 
 from ..record import KerasCall, Kind, Phase, Record
 from ..recorder import Recorder, StepMark
+from .dataset_structure import note_dataset
 from .inputs import batch_size_of, data_kind, inspect_inputs
 from .patching import Patcher, defining_class, wraps_exactly
 
@@ -511,6 +512,7 @@ class KerasProbe:
                 rec.keras_epoch = -1
                 data = args[0] if args else kwargs.get("x")
                 rec.keras_batch = batch_size_of(data, kwargs)
+                note_dataset(rec, data, name)  # what a tf.data pipeline is made of
                 mark, start = rec.step_mark(), perf_counter()
                 timer: GeneratorTimer | ItemTimer | None = None
                 if inspect.isgenerator(data):

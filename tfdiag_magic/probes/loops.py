@@ -18,6 +18,7 @@ import numpy as np
 from ..instrument import RUNTIME_NAME
 from ..record import Record
 from ..recorder import OpenLoop, Recorder
+from .dataset_structure import note_dataset
 
 NAN = math.nan
 _MISSING = object()
@@ -64,6 +65,7 @@ class LoopRuntime:
 
     def iterate(self, iterable: Iterable[Any], loop_id: int) -> Iterator[Any]:
         __tracebackhide__ = True
+        note_dataset(self._rec, iterable, "loop", loop_id)  # a tf.data pipeline's make-up
         iterator = iter(iterable)
         return LoopIterator(iterator, self._rec, self._rec.begin_loop(loop_id))
 

@@ -17,9 +17,19 @@ cache would freeze it, and after a shuffle it would replay the first epoch's ord
 
 A chain is recognised when it starts at ``tf.data.…``, at a Keras ``*_dataset_from_*``
 utility, at ``tfds.load`` or at a name assigned from such a chain.
+
+Given what the run read of the dataset itself (the input-bound finding passes it), the rewrite
+proposes only what the dataset lacks: no prefetch where a prefetch already follows its last
+stage that does work (Keras' ``timeseries_dataset_from_array`` and
+``image_dataset_from_directory`` prefetch, then batch), ``num_parallel_calls`` only on the maps
+and interleaves whose function the dataset runs one element at a time, no cache where it
+caches or after a function that draws random numbers. Without those facts it reads the cell
+alone, as above.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -49,10 +59,56 @@ _RANDOM_METHODS = frozenset({"shuffle", "random", "sample_from_datasets", "choos
 _RANDOM_WORDS = ("random", "shuffle", "augment", "flip", "crop", "noise", "rng", "dropout")
 
 
-def tune_input_pipeline(source: str, cache: bool = False) -> str | None:
+def tune_input_pipeline(
+    source: str,
+    cache: bool = False,
+    *,
+    prefetched: bool | None = None,
+    cached: bool | None = None,
+    sequential: tuple[tuple[str, str], ...] | None = None,
+    random_functions: tuple[str, ...] = (),
+) -> str | None:
     """Parallel map/interleave and a final prefetch in the cell's tf.data chains; with `cache`,
-    also ``.cache()`` after the training chain's deterministic map."""
-    return rewrite_cell(source, lambda cell: _rewrite(cell, cache))
+    also ``.cache()`` after the training chain's deterministic map.
+
+    What the run read of the training dataset, where known: `prefetched` (a prefetch already
+    follows its last stage that does work), `cached`, `sequential` (the (method, function
+    name) of each map or interleave that runs one element at a time: only those get
+    ``num_parallel_calls``), `random_functions` (functions that draw random numbers: no cache
+    after them). None: not known, the cell alone decides.
+    """
+    facts = _Facts(prefetched, cached, sequential, frozenset(random_functions))
+    return rewrite_cell(source, lambda cell: _rewrite(cell, cache, facts))
+
+
+class _Facts(NamedTuple):
+    prefetched: bool | None
+    cached: bool | None
+    sequential: tuple[tuple[str, str], ...] | None
+    random_functions: frozenset[str]
+
+    def runs_sequentially(self, call: cst.Call) -> bool:
+        """Whether the dataset runs this map/interleave call one element at a time (True where
+        nothing is known of the dataset)."""
+        if self.sequential is None:
+            return True
+        name = _function_name(call)
+        return name is not None and (method_name(call), name) in self.sequential
+
+
+def _function_name(call: cst.Call) -> str | None:
+    """The name tf.data gives the function of a map/interleave call: the function's own name
+    ("lambda" for a lambda); None where the cell does not say it."""
+    given = find_kwarg(call, "map_func")
+    args = positional_args(call)
+    function = given.value if given is not None else (args[0].value if args else None)
+    if isinstance(function, cst.Lambda):
+        return "lambda"
+    if isinstance(function, cst.Name):
+        return function.value
+    if isinstance(function, cst.Attribute):
+        return function.attr.value
+    return None
 
 
 def _is_source(names: Aliases, expr: cst.CSTNode) -> bool:
@@ -97,7 +153,7 @@ def _chain_calls(names: Aliases, expr: cst.CSTNode) -> list[cst.Call]:
     return calls
 
 
-def _rewrite(cell: Cell, cache: bool = False) -> cst.Module | None:
+def _rewrite(cell: Cell, cache: bool, facts: _Facts) -> cst.Module | None:
     module = cell.module
     names = aliases(module)
     datasets = dataset_names(names, module)
@@ -115,6 +171,8 @@ def _rewrite(cell: Cell, cache: bool = False) -> cst.Module | None:
             continue
         if find_kwarg(node, "num_parallel_calls") is not None:
             continue
+        if not facts.runs_sequentially(node):
+            continue
         if len(positional_args(node)) > _PARALLEL_POSITION[method] or any(
             a.star for a in node.args
         ):
@@ -122,14 +180,14 @@ def _rewrite(cell: Cell, cache: bool = False) -> cst.Module | None:
         edits[node] = lambda call: set_kwarg(call, "num_parallel_calls", autotune)
 
     # A cache after the deterministic map of the chain that feeds training.
-    if cache:
+    if cache and not facts.cached:
         for chain in _training_chains(cell, names, datasets):
-            target = _cache_point(module, _chain_calls(names, chain))
+            target = _cache_point(module, _chain_calls(names, chain), facts.random_functions)
             if target is not None:
                 edits[target] = _append_cache(edits.get(target))
 
-    # A final prefetch on the chain that feeds training.
-    for chain in _training_chains(cell, names, datasets):
+    # A final prefetch on the chain that feeds training, unless the dataset prefetches already.
+    for chain in _training_chains(cell, names, datasets) if not facts.prefetched else []:
         calls = _chain_calls(names, chain)
         if any(method_name(c) == "prefetch" for c in calls):
             continue
@@ -141,10 +199,12 @@ def _rewrite(cell: Cell, cache: bool = False) -> cst.Module | None:
     return add_import(module, "tensorflow", tf) if missing else module
 
 
-def _cache_point(module: cst.Module, calls: list[cst.Call]) -> cst.Call | None:
+def _cache_point(
+    module: cst.Module, calls: list[cst.Call], random_functions: frozenset[str] = frozenset()
+) -> cst.Call | None:
     """The map call a cache goes right after: the last map before the first shuffle (or other
     random method) of the chain, when no cache is there yet and its function is known to the
-    cell and names nothing random."""
+    cell, names nothing random, and is not among the `random_functions` the run saw."""
     ordered = list(reversed(calls))  # from the source outwards
     if any(method_name(c) == "cache" for c in ordered):
         return None
@@ -156,6 +216,8 @@ def _cache_point(module: cst.Module, calls: list[cst.Call]) -> cst.Call | None:
         if method == "map":
             candidate = call
     if candidate is None or not _deterministic_function(module, candidate):
+        return None
+    if _function_name(candidate) in random_functions:
         return None
     return candidate
 

@@ -1,0 +1,179 @@
+"""What the input-bound finding reads of a tf.data pipeline's make-up (`record.DatasetStructure`,
+read during the run): whether it already prefetches, caches and maps in parallel, which of
+its functions run one element at a time, where its work is, and what is left to do by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..record import DatasetStage, DatasetStructure, KerasCall, Record
+
+# Stages with a function of the user's (or of a Keras utility) that they run per element.
+_FUNCTION_KINDS = {
+    "MapDataset": "map",
+    "ParallelMapDataset": "map",
+    "MapAndBatchDataset": "map",
+    "InterleaveDataset": "interleave",
+    "ParallelInterleaveDataset": "interleave",
+    "FlatMapDataset": "flat_map",
+    "FilterDataset": "filter",
+    "ScanDataset": "scan",
+}
+# Sequential stages that `num_parallel_calls` parallelises, with the method that takes it.
+_SEQUENTIAL = {"MapDataset": "map", "InterleaveDataset": "interleave"}
+
+
+def structure_of_call(record: Record, call: KerasCall) -> DatasetStructure | None:
+    """The dataset a Keras call consumed: the latest one given to that API from the same loop
+    before the call ended."""
+    end = call.start + call.duration
+    found = None
+    for structure in record.datasets:
+        if structure.api == call.api and structure.loop == call.loop and structure.time <= end:
+            found = structure
+    return found
+
+
+def structure_of_loop(record: Record, loop_id: int) -> DatasetStructure | None:
+    """The dataset a loop of the cell iterated (the latest, if it iterated several)."""
+    found = None
+    for structure in record.datasets:
+        if structure.api == "loop" and structure.loop == loop_id:
+            found = structure
+    return found
+
+
+def does_work(stage: DatasetStage) -> bool:
+    """Whether the stage computes per element (a function, Python, file reads), as opposed to
+    moving elements (batch, shuffle, repeat, take, zip, prefetch...)."""
+    return bool(stage.kind in _FUNCTION_KINDS or stage.python or stage.reads_files)
+
+
+def output_path(structure: DatasetStructure) -> list[DatasetStage]:
+    """The stages from the output down to the first source or stage with several inputs."""
+    return sorted((s for s in structure.stages if not s.branch), key=lambda s: s.depth)
+
+
+def prefetched(structure: DatasetStructure) -> bool:
+    """A prefetch follows the pipeline's last stage that does work: the next batch is made
+    while the step runs (Keras' ``timeseries_dataset_from_array`` and
+    ``image_dataset_from_directory`` prefetch, then only batch or shuffle)."""
+    for stage in output_path(structure):
+        if stage.kind == "PrefetchDataset":
+            return True
+        if does_work(stage):
+            return False
+    return False
+
+
+def cached(structure: DatasetStructure) -> bool:
+    return any(stage.kind == "CacheDataset" for stage in structure.stages)
+
+
+def sequential(structure: DatasetStructure) -> tuple[tuple[str, str], ...]:
+    """(method, function) of the maps and interleaves that run one element at a time."""
+    found = {
+        (_SEQUENTIAL[s.kind], s.function)
+        for s in structure.stages
+        if s.kind in _SEQUENTIAL and not s.parallel and s.function
+    }
+    return tuple(sorted(found))
+
+
+def random_functions(structure: DatasetStructure) -> tuple[str, ...]:
+    return tuple(sorted({s.function for s in structure.stages if s.random and s.function}))
+
+
+def rewrite_facts(structure: DatasetStructure | None) -> dict[str, Any]:
+    """What `tune_input_pipeline` needs to propose only what the dataset lacks ({}: nothing
+    is known of it, and the rewrite reads the cell alone)."""
+    if structure is None:
+        return {}
+    return {
+        "prefetched": prefetched(structure),
+        "cached": cached(structure),
+        "sequential": sequential(structure),
+        "random_functions": random_functions(structure),
+    }
+
+
+def _describe(stage: DatasetStage) -> str:
+    method = _FUNCTION_KINDS.get(stage.kind, "")
+    if stage.function == "from_generator":
+        return "a Python generator (`Dataset.from_generator`), one element at a time"
+    if method:
+        name = "of a lambda" if stage.function in ("", "lambda") else f"`{stage.function}`"
+        parts = ["in parallel" if stage.parallel else "one element at a time"]
+        if stage.python:
+            parts.append("runs Python through `tf.py_function`/`numpy_function`")
+        if stage.reads_files:
+            parts.append("reads files: " + ", ".join(stage.reads_files))
+        if stage.random:
+            parts.append("random")
+        return f"{method} {name} (" + ", ".join(parts) + ")"
+    if stage.reads_files:
+        how = "in parallel" if stage.parallel else "one file at a time"
+        return f"file reads ({', '.join(stage.reads_files)}, {how})"
+    return ""
+
+
+def where(structure: DatasetStructure) -> str:
+    """Where the pipeline's work is, and what it already does, in a sentence or two."""
+    counts: dict[str, int] = {}
+    for stage in sorted(structure.stages, key=lambda s: -s.depth):  # from the sources out
+        text = _describe(stage)
+        if text:
+            counts[text] = counts.get(text, 0) + 1
+    work = [f"{n} × {text}" if n > 1 else text for text, n in counts.items()]
+    done = []
+    if prefetched(structure):
+        done.append("prefetches")
+    if cached(structure):
+        to_file = any(s.to_file for s in structure.stages if s.kind == "CacheDataset")
+        done.append("caches " + ("to a file" if to_file else "in memory"))
+    maps = [s for s in structure.stages if s.kind in _FUNCTION_KINDS and s.kind != "FilterDataset"]
+    if maps and not any(s.kind in _SEQUENTIAL and not s.parallel for s in maps):
+        done.append("maps in parallel")
+    sentence = "Its work: " + "; ".join(work) + "." if work else "No stage of it maps or reads."
+    if done:
+        sentence += " It already " + _and(done) + "."
+    return sentence
+
+
+def by_hand(structure: DatasetStructure) -> str:
+    """What is left to do when the pipeline's options have nothing more to give."""
+    steps = []
+    python = [s for s in structure.stages if s.python]
+    if any(s.function == "from_generator" for s in python):
+        steps.append(
+            "a Python generator makes each element under the GIL: move its work into tf.data"
+            " ops, or make the data once, offline, and read the result"
+        )
+    named = sorted({s.function for s in python if s.function not in ("", "from_generator")})
+    if named:
+        steps.append(
+            _and([f"`{name}`" for name in named])
+            + (" runs" if len(named) == 1 else " run")
+            + " Python, which holds the GIL whatever `num_parallel_calls` says: write it with"
+            " TensorFlow ops, or do that work once, offline, and save its result"
+        )
+    if any(s.reads_files for s in structure.stages):
+        steps.append(
+            "reading files: fewer, larger files (TFRecord shards of 100 MB or more) read in"
+            " parallel (`interleave(..., num_parallel_calls=tf.data.AUTOTUNE)`,"
+            " `num_parallel_reads`), on a local disk"
+        )
+    if not cached(structure):
+        steps.append(
+            "`.cache()` after the steps that are the same every epoch, before any shuffle or"
+            " random augmentation, if their output fits in memory (`cache(path)` otherwise)"
+        )
+    steps.append(
+        "fewer, cheaper elements: a vectorised `map` after `batch`, or data prepared once ahead"
+        " of training; tf.data shares the machine's CPU cores with the training step"
+    )
+    return "Left to do by hand: " + "; ".join(steps) + "."
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -1,0 +1,229 @@
+"""What a tf.data pipeline given to training is made of: its prefetches, caches, maps (parallel
+or not, and what their functions run), file reads and Python generators, as plain facts
+(`record.DatasetStructure`) that the diagnosis reads without TensorFlow.
+
+Read once per dataset when a Keras call is given one or a loop of the cell starts iterating one,
+never per step, from the dataset's own Python objects: each transformation's inputs and the
+graphs of the functions it traced. The dataset is never iterated, and its graph is not
+serialised (`DatasetToGraphV2` would copy the arrays a `from_tensor_slices` holds: 0.35 s for
+100 MB here). Any failure leaves no facts and never reaches the user's run.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from time import perf_counter
+from typing import Any
+
+from ..record import DatasetStage, DatasetStructure
+from ..recorder import Recorder
+
+MAX_STAGES = 64  # transformations read per dataset; a longer pipeline is marked incomplete
+MAX_DATASETS = 64  # datasets (and uses of one) recorded per run
+MAX_NESTED = 32  # nested functions read per transformation's function
+
+# Ops a function runs Python with (`tf.py_function`, `tf.numpy_function`, `from_generator`).
+_PYTHON_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless", "GeneratorDataset"})
+# Ops and sources that read files, version suffixes left out.
+_FILE_OPS = frozenset(
+    {
+        "ReadFile",
+        "TFRecordDataset",
+        "TextLineDataset",
+        "FixedLengthRecordDataset",
+        "CSVDataset",
+        "CsvDataset",
+        "SqlDataset",
+        "MatchingFilesDataset",
+        "LoadDataset",
+    }
+)
+# Calls of nested functions: what they run is read from the nested functions themselves.
+_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+# Stateful ops that hold no state: tf.data's map_parallelization ignores them too.
+_HARMLESS_STATEFUL = frozenset({"Assert"}) | _CALL_OPS
+# Transformations that run `num_parallel_calls` elements at once when asked.
+_PARALLEL_KINDS = frozenset(
+    {"ParallelMapDataset", "ParallelInterleaveDataset", "ParallelBatchDataset"}
+)
+_ALWAYS_PARALLEL = frozenset({"MapAndBatchDataset"})
+_METHODS = (
+    "flat_map",
+    "interleave",
+    "map",
+    "filter",
+    "scan",
+    "take_while",
+    "group_by_window",
+    "group_by_reducer",
+    "from_generator",
+)
+_VERSION = re.compile(r"V\d+$")
+_FUNCTION_NAME = re.compile(r"^Dataset_(?:" + "|".join(_METHODS) + r")_(.*)$")
+
+# Stages read, per dataset object (datasets are immutable; the entry goes with the dataset).
+_read: weakref.WeakKeyDictionary[Any, tuple[tuple[DatasetStage, ...], bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def note_dataset(rec: Recorder, data: Any, api: str, loop: int | None = None) -> None:
+    """Record what `data` is made of, when it is a tf.data dataset that `api` ("fit",
+    "evaluate", "predict" or "loop") is about to consume; `loop`: the loop iterating it (None:
+    the innermost loop running). Never raises."""
+    try:
+        if not type(data).__module__.startswith("tensorflow"):
+            return
+        from tensorflow.python.data.ops.dataset_ops import DatasetV2
+
+        if not isinstance(data, DatasetV2):
+            return
+        where = rec.innermost_loop() if loop is None else loop
+        read = _read.get(data)
+        if read is None:
+            read = read_stages(data)
+            _read[data] = read
+        stages, complete = read
+        for seen in reversed(rec.datasets):  # the latest use from the same place
+            if seen.api == api and seen.loop == where:
+                if seen.stages is stages:  # a loop over epochs starts on it each time
+                    return
+                break
+        if len(rec.datasets) >= MAX_DATASETS:
+            return
+        rec.datasets.append(
+            DatasetStructure(
+                time=perf_counter() - rec.t0,
+                api=api,
+                loop=where,
+                stages=stages,
+                complete=complete,
+            )
+        )
+    except Exception:  # what the pipeline is made of is the tool's business, never the run's
+        return
+
+
+def read_stages(dataset: Any) -> tuple[tuple[DatasetStage, ...], bool]:
+    """The stages of `dataset`, from its output towards its sources, depth first, and whether
+    all were read."""
+    stages: list[DatasetStage] = []
+    stack: list[tuple[Any, int, bool]] = [(dataset, 0, False)]
+    complete = True
+    while stack:
+        if len(stages) >= MAX_STAGES:
+            return tuple(stages), False
+        current, depth, branch = stack.pop()
+        stages.append(_stage(current, depth, branch))
+        try:
+            inputs = list(current._inputs())
+        except Exception:  # a dataset class that does not say its inputs
+            complete = False
+            continue
+        below = branch or len(inputs) > 1
+        stack.extend((each, depth + 1, below) for each in reversed(inputs))
+    return tuple(stages), complete
+
+
+def _stage(dataset: Any, depth: int, branch: bool) -> DatasetStage:
+    kind = _VERSION.sub("", type(dataset).__name__.lstrip("_"))
+    function, stateful, python, random = "", False, False, False
+    reads: set[str] = {kind} if kind in _FILE_OPS else set()
+    try:
+        functions = list(dataset._functions())
+    except Exception:
+        functions = []
+    for index, wrapper in enumerate(functions):
+        name, ops = _function_ops(wrapper)
+        if index == 0:
+            function = name
+        stateful = stateful or any(_stateful(op) for op in ops)
+        python = python or bool(ops & _PYTHON_OPS)
+        random = random or any(_random(op) for op in ops)
+        reads |= {_VERSION.sub("", op) for op in ops} & _FILE_OPS
+        if "GeneratorDataset" in ops:
+            function = "from_generator"
+    return DatasetStage(
+        kind=kind,
+        depth=depth,
+        branch=branch,
+        function=function,
+        parallel=_parallel(dataset, kind),
+        stateful=stateful,
+        python=python,
+        random=random,
+        reads_files=tuple(sorted(reads)),
+        to_file=kind == "CacheDataset" and bool(_tensor_value(dataset, "_filename", b"")),
+    )
+
+
+def _function_ops(wrapper: Any) -> tuple[str, set[str]]:
+    """The user's name for a traced dataset function, and the op types it and the functions it
+    calls run."""
+    try:
+        concrete = wrapper.function
+    except Exception:
+        return "", set()
+    raw = getattr(concrete, "name", b"")
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    text = re.sub(r"_\d+$", "", text.removeprefix("__inference_"))
+    found = _FUNCTION_NAME.match(text)
+    name = found.group(1) if found else ""
+    if name.startswith("class"):  # a class given as the function (`interleave(TFRecordDataset)`)
+        name = ""
+    ops: set[str] = set()
+    try:
+        graph = concrete.graph
+        ops.update(op.type for op in graph.get_operations())
+        nested = list(getattr(graph, "_functions", {}).values())[:MAX_NESTED]
+        for each in nested:
+            definition = getattr(each, "definition", None)
+            if definition is not None:
+                ops.update(node.op for node in definition.node_def)
+    except Exception:
+        pass
+    return name, ops
+
+
+def _stateful(op: str) -> bool:
+    if op in _HARMLESS_STATEFUL:
+        return False
+    try:
+        from tensorflow.python.framework import op_def_registry
+
+        definition = op_def_registry.get(op)
+    except Exception:
+        return False
+    return definition is not None and bool(definition.is_stateful)
+
+
+def _random(op: str) -> bool:
+    return (
+        "Random" in op
+        or "Multinomial" in op
+        or "TruncatedNormal" in op
+        or op.startswith(("StatefulUniform", "StatefulStandardNormal", "Rng"))
+    )
+
+
+def _parallel(dataset: Any, kind: str) -> bool:
+    if kind in _ALWAYS_PARALLEL:
+        return True
+    if kind in _PARALLEL_KINDS:
+        return bool(_tensor_value(dataset, "_num_parallel_calls", -1) != 1)
+    if kind in _FILE_OPS:
+        reads = getattr(dataset, "_num_parallel_reads", None)
+        return reads is not None and bool(_as_value(reads, 1) != 1)
+    return False
+
+
+def _tensor_value(dataset: Any, name: str, default: Any) -> Any:
+    return _as_value(getattr(dataset, name, default), default)
+
+
+def _as_value(value: Any, default: Any) -> Any:
+    try:
+        return value.numpy() if hasattr(value, "numpy") else value
+    except Exception:  # a symbolic tensor (a dataset built in a graph)
+        return default

@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "probes",
         "stats",
         "instrument",
+        "instrument_conversions",
         "markers",
         "active",
         "code_runner",

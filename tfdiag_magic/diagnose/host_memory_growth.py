@@ -15,6 +15,16 @@ from ..rewrite import detach_appends
 from ..units import size
 from .evidence import first_rewrite, loop_label, rounded, with_rewrite
 from .growth import MIN_SPAN_STEPS, Growth, growth_within, is_steady_rise, steady_growth
+from .random_ops import RandomCall, seedless_random_calls
+from .where import (
+    Place,
+    clip,
+    code_text,
+    growth_place,
+    line_label,
+    loop_extents,
+    models_built_at,
+)
 
 CODE = "host-memory-growth"
 TITLE = "Process memory grows with every step"
@@ -129,13 +139,19 @@ def check(record: Record, source: str | None) -> Finding | None:
     growth, measure = max(rises, key=lambda rise: rise[0].per_step) if rises else (None, "")
     if growth is None:
         return None
-    loops = record.steps["loop"][record.steps["loop"] >= 0]
-    where = (
-        loop_label(record, Counter(loops.tolist()).most_common(1)[0][0])
-        if loops.size
-        else ("the cell")
-    )
     models = _models_built_during(record, growth.start_time, growth.end_time)
+    built_at = models_built_at(models) if len(models) >= MIN_MODELS_ALONG else []
+    values = record.memory[measure]
+    place = growth_place(
+        record, values, growth.start_time, growth.end_time, spans if within_spans else None
+    )
+    if built_at:
+        where = line_label(built_at[0][0], record.lines.get(built_at[0][0], ""))
+    elif place is not None:
+        where = place.label
+    else:
+        where = _busiest_loop(record, growth.start_time, growth.end_time)
+    random_calls = _seeded_random_calls(record, place) if not built_at else []
     single_pass = _single_pass_over_cache(record, source)
     # The run could not be cut into spans long enough to judge (models built, a cache's first
     # epoch): the growth across them may come with what lies between them.
@@ -153,9 +169,52 @@ def check(record: Record, source: str | None) -> Finding | None:
         "single_pass_over_memory_cache": single_pass,
         "judged_within_spans": len(spans) if within_spans else 0,
     }
+    if place is not None:
+        evidence.update(place.evidence())
     if len(models) >= MIN_MODELS_ALONG:
         evidence["bytes_per_model"] = rounded(growth.total / len(models))
-    note = _not_per_step_note(growth, models, single_pass, unsplit)
+    if built_at:
+        evidence["models_built_at"] = {
+            line_label(line, record.lines.get(line, "")): count for line, count in built_at
+        }
+    if random_calls:
+        evidence["global_seed"] = record.facts.get("global_seed")
+        evidence["seedless_random_ops"] = [f"line {c.line}: {c.name}" for c in random_calls]
+    note = _not_per_step_note(record, growth, models, built_at, single_pass, unsplit)
+    if built_at:
+        located = ""  # the note says where the models were built
+    elif place is not None:
+        located = " " + place.sentence()
+    else:
+        located = f" It grew while {where} ran." if where != "the cell" else ""
+    if random_calls:
+        cause = _random_cause(random_calls, record.facts.get("global_seed"))
+        fix = (
+            "Give each random op a seed of its own (`tf.random.normal(shape, seed=1)`: successive"
+            " calls still draw new numbers), draw from a `tf.random.Generator`"
+            " (`rng = tf.random.Generator.from_seed(1)`, then `rng.normal(shape)`), or make the"
+            " random tensor inside a tf.function."
+        )
+    elif len(models) >= MIN_MODELS_ALONG:
+        cause = ""
+        fix = (
+            "This memory comes with the models built, not with the steps. If they are built on"
+            " purpose (a search, cross-validation folds), run each in its own process to give"
+            " its memory back (even `keras.backend.clear_session()` leaves some per model);"
+            " if not, build the model once, before the loop."
+        )
+    else:
+        cause = (
+            f" {size(growth.per_step)} per step is far more than a scalar: look for large"
+            " tensors kept on every step (gradients, activations, batches), and keep a"
+            " number computed from them (a norm, a mean) instead."
+            if growth.per_step >= LARGE_PER_STEP and not note
+            else ""
+        )
+        fix = (
+            "Keep Python numbers rather than tensors in lists (`float(loss)`), and do not"
+            " create tf.functions, models or layers per step."
+        )
     finding = Finding(
         code=CODE,
         severity="info" if note else "warning",
@@ -165,24 +224,60 @@ def check(record: Record, source: str | None) -> Finding | None:
         ),
         detail=(
             f"{MEASURES[measure].capitalize()} rose from {size(growth.start_value)} to"
-            f" {size(growth.end_value)} over"
-            f" {growth.steps} steps in {where}, in step with the steps (R² {growth.r2:.2f}),"
-            " and was still rising at the end: something is kept on every step."
-            + (
-                f" {size(growth.per_step)} per step is far more than a scalar: look for large"
-                " tensors kept on every step (gradients, activations, batches), and keep a"
-                " number computed from them (a norm, a mean) instead."
-                if growth.per_step >= LARGE_PER_STEP and not note
-                else ""
-            )
+            f" {size(growth.end_value)} over {growth.steps} steps, in step with the steps"
+            f" (R² {growth.r2:.2f}), and was still rising at the end"
+            + (": something is kept on every step." if not note else ".")
+            + located
+            + cause
             + note
         ),
-        fix="Keep Python numbers rather than tensors in lists (`float(loss)`), and do not"
-        " create tf.functions, models or layers per step.",
+        fix=fix,
         evidence=evidence,
         impact=0.0,
     )
+    if random_calls:
+        return finding  # keeping numbers rather than tensors is not this growth's fix
     return with_rewrite(finding, source, first_rewrite(source, (detach_appends, {})))
+
+
+def _busiest_loop(record: Record, start: float, end: float) -> str:
+    """Without the lines of the samples (a record made elsewhere): the loop of the cell that
+    ran most of the steps during the growth, never a loop of its own iterations only."""
+    steps = record.steps
+    during = (steps["kind"] != Kind.LOOP) & (steps["loop"] >= 0)
+    if start <= end:
+        during &= (steps["start"] >= start) & (steps["start"] <= end)
+    loops = steps["loop"][during]
+    if not loops.size:
+        return "the cell"
+    return loop_label(record, Counter(loops.tolist()).most_common(1)[0][0])
+
+
+def _seeded_random_calls(record: Record, place: Place | None) -> list[RandomCall]:
+    """The eager random ops without an op seed that ran where memory grew, when a global seed
+    was set: each call leaves a kernel behind (see random_ops)."""
+    if place is None or record.facts.get("global_seed") is None:
+        return []
+    code = code_text(record)
+    if not code:
+        return []
+    first = place.loop_line if place.loop_line is not None else place.line
+    last = first
+    for begin, end in loop_extents(code):
+        if begin == first:
+            last = end
+    return seedless_random_calls(code, first, last, record.facts.get("namespace_modules"))
+
+
+def _random_cause(calls: list[RandomCall], seed: object) -> str:
+    names = ", ".join(f"`{c.name}` (line {c.line})" for c in calls[:3])
+    more = f" and {len(calls) - 3} more" if len(calls) > 3 else ""
+    return (
+        f" The code running there calls {names}{more} eagerly without a `seed=` while a"
+        f" global seed is set (`tf.random.set_seed({seed})`): TensorFlow then gives every call"
+        " a new op seed, and so a new kernel, which its eager runtime caches and never frees"
+        " (35 MiB per 1000 calls measured on TensorFlow 2.21, none without the global seed)."
+    )
 
 
 def _models_built_during(record: Record, start: float, end: float) -> list[ModelBuilt]:
@@ -192,12 +287,24 @@ def _models_built_during(record: Record, start: float, end: float) -> list[Model
 
 
 def _not_per_step_note(
-    growth: Growth, models: list[ModelBuilt], single_pass: bool, unsplit: bool
+    record: Record,
+    growth: Growth,
+    models: list[ModelBuilt],
+    built_at: list[tuple[int, int]],
+    single_pass: bool,
+    unsplit: bool,
 ) -> str:
     """Why the growth may not be kept per step ("" when nothing says so)."""
     if len(models) >= MIN_MODELS_ALONG:
+        places = [
+            f"{count} at line {line} (`{clip(record.lines.get(line, ''))}`)"
+            if record.lines.get(line)
+            else f"{count} at line {line}"
+            for line, count in built_at[:3]
+        ]
+        at = f" ({', '.join(places)})" if places else ""
         return (
-            f" {len(models)} Keras models were built while it grew"
+            f" The growth follows {len(models)} Keras models built{at} while it grew"
             f" ({size(growth.total / len(models))} per model): memory that comes with each"
             " model built (its weights, optimizer state and traced functions) rises with the"
             " steps too, so this run cannot tell a per-step leak from it. Even a loop that"

@@ -46,10 +46,6 @@ class Place:
     def line_label(self) -> str:
         return line_label(self.line, self.text)
 
-    @property
-    def in_loop(self) -> bool:
-        return self.loop_line is not None and self.loop_line != self.line
-
     def sentence(self, what: str = "the growth") -> str:
         """Where it happened, as a sentence ("92 % of the growth came while ... ran.")."""
         if self.loop_line is not None:

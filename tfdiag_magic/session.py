@@ -231,7 +231,7 @@ class Session:
         record.source = self.source
         record.facts = dict(self._facts)
         # Set by the run or before it: an eager random op without a seed of its own then makes
-        # a new kernel, kept by TensorFlow, on every call (diagnose/random_ops.py).
+        # a new kernel, kept by TensorFlow, on every call (diagnose/eager_kernels.py).
         record.facts["global_seed"] = self._stage("record (global seed)", global_seed)
         # Each probe writes its own part (the function table, GC pauses, NVML samples, facts);
         # one that fails is a line of the problems, and the others' parts are still kept.

@@ -13,9 +13,9 @@ from ..findings import Finding
 from ..record import Kind, ModelBuilt, Record
 from ..rewrite import detach_appends
 from ..units import size
+from .eager_kernels import PY_FUNCTION, RANDOM, KernelCall, kernel_per_call_calls
 from .evidence import first_rewrite, loop_label, rounded, with_rewrite
 from .growth import MIN_SPAN_STEPS, Growth, growth_within, is_steady_rise, steady_growth
-from .random_ops import RandomCall, seedless_random_calls
 from .where import (
     Place,
     clip,
@@ -65,7 +65,10 @@ TensorFlow 2.21 here: RSS +35 MiB per 1000 calls of `tf.random.normal([100])` (a
 `uniform`, `shuffle`, `categorical`, `nn.dropout`, `image.random_flip_left_right`), each call
 about ten times slower (2.4 ms against 0.19 ms); +0 without the global seed, +0 with `seed=1`
 on the op, +0 from a `tf.random.Generator`, +0.06 MiB per 1000 calls of a tf.function making
-the op. The bytes TensorFlow's CPU allocator has in use do not move: only RSS shows it.
+the op. The bytes TensorFlow's CPU allocator has in use do not move: only RSS shows it. An
+eager `tf.py_function` does the same without any seed: each call registers the Python function
+under a new token, an attribute of the op (+36 MiB per 1000 calls, 2.6 ms a call; 0.11 MiB
+inside a tf.function; none calling the Python function itself, none from `tf.numpy_function`).
 
 ## Evidence we show
 Which measure grew (where both did, the one that grew more per step: RSS misses pages reused
@@ -84,7 +87,8 @@ before the growth began has no sample inside the growth and is never named. When
 Keras models were built during the growth, the place is the lines that built them (built or
 loaded, `models_built_at`) and the finding says the growth follows them. When the code running
 at the place calls a random op without a `seed=` eagerly and the run ended with a global seed
-set, that op is named as the cause (`seedless_random_ops`, `global_seed`).
+set, that op is named as the cause (`seedless_random_ops`, `global_seed`); so is an eager
+`tf.py_function` there (`eager_py_functions`).
 
 ## Fix
 Keep Python numbers, not tensors: `losses.append(float(loss))`; write logs to disk; clear
@@ -94,6 +98,9 @@ For an eager random op under a global seed: give the op a seed of its own
 (`tf.random.normal(shape, seed=1)`; successive calls still draw new numbers, and a run is
 still repeatable), draw from a `tf.random.Generator` (`rng = tf.random.Generator.from_seed(1)`,
 `rng.normal(shape)`), or make the random tensor inside the tf.function.
+
+For an eager `tf.py_function`: call the Python function itself (eagerly it needs no wrapper);
+keep `tf.py_function` inside a tf.function or a `tf.data` map, where it is made once.
 
 For growth that follows models built: run each model of a search in its own process, or build
 the model once, before the loop.
@@ -124,9 +131,10 @@ finding is then an info note that says which:
   builds and first epochs are shorter than 20 steps: the growth across the run may come with
   the models or the cache, and the note says to train longer to tell.
 
-The random-op cause is named only on a growth that passes the bars above, only where the
-code the growth is credited to calls the op eagerly (not inside a tf.function) without a
-`seed=`, and only when a global seed was set at the end of the run. A cell making one
+The random-op and `tf.py_function` causes are named only on a growth that passes the bars
+above, only where the code the growth is credited to makes the call eagerly (not inside a
+tf.function; a random op without a `seed=`), and for a random op only when a global seed was
+set at the end of the run. A cell making one
 `tf.random.normal` a step for 2,400 steps of a compiled training step grew 37 KiB per step
 (R² 1.0), the 35 KiB per call measured alone.
 """
@@ -189,7 +197,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         where = place.label
     else:
         where = _busiest_loop(record, growth.start_time, growth.end_time)
-    random_calls = _seeded_random_calls(record, place) if not built_at else []
+    kernel_calls = _kernel_calls(record, place) if not built_at else []
     single_pass = _single_pass_over_cache(record, source)
     # The run could not be cut into spans long enough to judge (models built, a cache's first
     # epoch): the growth across them may come with what lies between them.
@@ -215,9 +223,15 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence["models_built_at"] = {
             line_label(line, record.lines.get(line, "")): count for line, count in built_at
         }
-    if random_calls:
+    if any(c.kind == RANDOM for c in kernel_calls):
         evidence["global_seed"] = record.facts.get("global_seed")
-        evidence["seedless_random_ops"] = [f"line {c.line}: {c.name}" for c in random_calls]
+        evidence["seedless_random_ops"] = [
+            f"line {c.line}: {c.name}" for c in kernel_calls if c.kind == RANDOM
+        ]
+    if any(c.kind == PY_FUNCTION for c in kernel_calls):
+        evidence["eager_py_functions"] = [
+            f"line {c.line}: {c.name}" for c in kernel_calls if c.kind == PY_FUNCTION
+        ]
     note = _not_per_step_note(record, growth, models, built_at, single_pass, unsplit)
     if built_at:
         located = ""  # the note says where the models were built
@@ -225,14 +239,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         located = " " + place.sentence()
     else:
         located = f" It grew while {where} ran." if where != "the cell" else ""
-    if random_calls:
-        cause = _random_cause(random_calls, record.facts.get("global_seed"))
-        fix = (
-            "Give each random op a seed of its own (`tf.random.normal(shape, seed=1)`: successive"
-            " calls still draw new numbers), draw from a `tf.random.Generator`"
-            " (`rng = tf.random.Generator.from_seed(1)`, then `rng.normal(shape)`), or make the"
-            " random tensor inside a tf.function."
-        )
+    if kernel_calls:
+        cause, fix = _kernel_cause(kernel_calls, record.facts.get("global_seed"))
     elif len(models) >= MIN_MODELS_ALONG:
         cause = ""
         fix = (
@@ -273,7 +281,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=0.0,
     )
-    if random_calls:
+    if kernel_calls:
         return finding  # keeping numbers rather than tensors is not this growth's fix
     return with_rewrite(finding, source, first_rewrite(source, (detach_appends, {})))
 
@@ -291,10 +299,10 @@ def _busiest_loop(record: Record, start: float, end: float) -> str:
     return loop_label(record, Counter(loops.tolist()).most_common(1)[0][0])
 
 
-def _seeded_random_calls(record: Record, place: Place | None) -> list[RandomCall]:
-    """The eager random ops without an op seed that ran where memory grew, when a global seed
-    was set: each call leaves a kernel behind (see random_ops)."""
-    if place is None or record.facts.get("global_seed") is None:
+def _kernel_calls(record: Record, place: Place | None) -> list[KernelCall]:
+    """The eager calls that make a kernel per call and ran where memory grew: `tf.py_function`,
+    and random ops without an op seed when a global seed was set (see eager_kernels)."""
+    if place is None:
         return []
     code = code_text(record)
     if not code:
@@ -304,18 +312,44 @@ def _seeded_random_calls(record: Record, place: Place | None) -> list[RandomCall
     for begin, end in loop_extents(code):
         if begin == first:
             last = end
-    return seedless_random_calls(code, first, last, record.facts.get("namespace_modules"))
+    seeded = record.facts.get("global_seed") is not None
+    found = kernel_per_call_calls(code, first, last, record.facts.get("namespace_modules"))
+    return [c for c in found if c.kind != RANDOM or seeded]
 
 
-def _random_cause(calls: list[RandomCall], seed: object) -> str:
-    names = ", ".join(f"`{c.name}` (line {c.line})" for c in calls[:3])
-    more = f" and {len(calls) - 3} more" if len(calls) > 3 else ""
-    return (
-        f" The code running there calls {names}{more} eagerly without a `seed=` while a"
-        f" global seed is set (`tf.random.set_seed({seed})`): TensorFlow then gives every call"
-        " a new op seed, and so a new kernel, which its eager runtime caches and never frees"
-        " (35 MiB per 1000 calls measured on TensorFlow 2.21, none without the global seed)."
-    )
+def _kernel_cause(calls: list[KernelCall], seed: object) -> tuple[str, str]:
+    """The cause, as sentences of the detail, and its fix."""
+    parts, fixes = [], []
+    random = [c for c in calls if c.kind == RANDOM]
+    py_functions = [c for c in calls if c.kind == PY_FUNCTION]
+    if random:
+        names = ", ".join(f"`{c.name}` (line {c.line})" for c in random[:3])
+        more = f" and {len(random) - 3} more" if len(random) > 3 else ""
+        parts.append(
+            f" The code running there calls {names}{more} eagerly without a `seed=` while a"
+            f" global seed is set (`tf.random.set_seed({seed})`): TensorFlow then gives every"
+            " call a new op seed, and so a new kernel, which its eager runtime caches and keeps"
+            " (35 MiB per 1000 calls measured on TensorFlow 2.21, none without the global seed)."
+        )
+        fixes.append(
+            "Give each random op a seed of its own (`tf.random.normal(shape, seed=1)`:"
+            " successive calls still draw new numbers), draw from a `tf.random.Generator`"
+            " (`rng = tf.random.Generator.from_seed(1)`, then `rng.normal(shape)`), or make"
+            " the random tensor inside a tf.function."
+        )
+    if py_functions:
+        names = ", ".join(f"`{c.name}` (line {c.line})" for c in py_functions[:3])
+        parts.append(
+            f" The code running there calls {names} eagerly: every call registers the Python"
+            " function under a new token and makes a new kernel, which TensorFlow keeps"
+            " (36 MiB per 1000 calls measured on TensorFlow 2.21)."
+        )
+        fixes.append(
+            "Outside a graph, call the Python function itself rather than through"
+            " `tf.py_function`; keep `tf.py_function` for code inside a tf.function or a"
+            " `tf.data` map, where it is made once."
+        )
+    return "".join(parts), " ".join(fixes)
 
 
 def _models_built_during(record: Record, start: float, end: float) -> list[ModelBuilt]:

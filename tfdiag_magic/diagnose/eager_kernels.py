@@ -1,14 +1,20 @@
-"""Eager random ops that keep memory on every call: a TensorFlow random op (``tf.random.normal``,
-``tf.random.uniform``, ``tf.nn.dropout``, ...) run eagerly without a ``seed=`` of its own while a
-global seed is set (``tf.random.set_seed``).
+"""Eager TensorFlow calls that make a new kernel on every call, which the eager runtime caches
+and keeps: memory that grows per call with nothing kept by the code.
 
-TensorFlow then gives each call a fresh op seed (`random_seed.get_seed` draws one from the
-context's generator, `context.internal_operation_seed`), and the seeds are attributes of the
-op: every call makes a new kernel, which the eager runtime caches and never frees. Measured
-on TensorFlow 2.21 (CPU, this machine): 35 MiB of RSS per 1000 calls of `tf.random.normal`,
-`tf.random.uniform`, `tf.random.shuffle` or `tf.nn.dropout`, and about 10 times the time per
-call (2.4 ms against 0.19 ms); none without the global seed, none with ``seed=1`` on the op,
-none from a `tf.random.Generator`, 0.06 MiB per 1000 calls of a tf.function making the same op.
+- A random op (``tf.random.normal``, ``tf.random.uniform``, ``tf.nn.dropout``, ...) without a
+  ``seed=`` of its own while a global seed is set (``tf.random.set_seed``): TensorFlow gives
+  each call a fresh op seed (`random_seed.get_seed` draws one from the context's generator,
+  `context.internal_operation_seed`), and the seeds are attributes of the op.
+- ``tf.py_function``: each call registers the Python function under a new token
+  (`script_ops._internal_py_func`, `_py_funcs.insert`), an attribute of the op, and appends it
+  to the default graph's `_py_funcs_used_in_graph`.
+
+Measured on TensorFlow 2.21 (CPU, this machine), RSS per 1000 eager calls: `tf.random.normal`,
+`uniform`, `shuffle`, `categorical`, `tf.nn.dropout`, `tf.image.random_flip_left_right` under a
+global seed +35 MiB (2.4 ms a call against 0.19 ms without the seed); none without the global
+seed, none with ``seed=1`` on the op, none from a `tf.random.Generator`, 0.06 MiB from a
+tf.function making the op. `tf.py_function` +36 MiB (2.6 ms a call), 0.11 MiB inside a
+tf.function, none calling the Python function itself; `tf.numpy_function` none.
 
 This module reads the code only (the calls, with `ast`); the rules say whether the run set a
 global seed (``Record.facts["global_seed"]``) and whether memory grew where the calls ran.
@@ -51,20 +57,26 @@ OTHER_RANDOM: dict[tuple[str, str], int] = {
 TENSORFLOW = "tensorflow"
 
 
+RANDOM = "random"  # a random op without a seed of its own: a kernel per call under a global seed
+PY_FUNCTION = "py_function"  # a kernel per call always
+
+
 @dataclass
-class RandomCall:
-    """An eager TensorFlow random op called without an op seed."""
+class KernelCall:
+    """An eager TensorFlow call that can make a new kernel every time it runs."""
 
     line: int  # the call's line in the code given (numbered as the code's frames number it)
     name: str  # as the code spells it: "tf.random.normal"
+    kind: str  # RANDOM or PY_FUNCTION
 
 
-def seedless_random_calls(
+def kernel_per_call_calls(
     code: str, first: int, last: int, modules: dict[str, str] | None = None
-) -> list[RandomCall]:
-    """TensorFlow random ops without a ``seed=`` that the lines `first` to `last` of `code`
-    run eagerly: the calls on those lines, and in the functions of `code` that those lines
-    call (and so on), leaving out the bodies of tf.functions (a graph makes its op once).
+) -> list[KernelCall]:
+    """The calls that make a kernel per call (random ops without a ``seed=``, `tf.py_function`)
+    that the lines `first` to `last` of `code` run eagerly: the calls on those lines, and in
+    the functions of `code` that those lines call (and so on), leaving out the bodies of
+    tf.functions (a graph makes its op once).
 
     `modules` maps names bound before the code ran to the modules they are (``tf`` ->
     ``tensorflow``); a name the code binds by its own imports wins.
@@ -91,7 +103,7 @@ def seedless_random_calls(
     graph = _tf_function_names(tree, names) | {
         name for name, node in functions.items() if _is_tf_function(node, names)
     }
-    found: list[RandomCall] = []
+    found: list[KernelCall] = []
     seen: set[str] = set()
     pending: list[ast.AST] = [
         node
@@ -119,8 +131,9 @@ def seedless_random_calls(
                 pending.append(functions[callee])
                 continue
             name = _dotted(node.func)
-            if name and _unseeded_random(node, name, names):
-                found.append(RandomCall(line=node.lineno, name=name))
+            kind = _kernel_per_call(node, name, names) if name else None
+            if kind is not None:
+                found.append(KernelCall(line=node.lineno, name=name, kind=kind))
     unique = {(c.line, c.name): c for c in found}
     return sorted(unique.values(), key=lambda c: c.line)
 
@@ -156,13 +169,19 @@ def _qualified(name: str, names: dict[str, str]) -> str | None:
     return f"{base}.{rest}" if rest else base
 
 
-def _unseeded_random(call: ast.Call, name: str, names: dict[str, str]) -> bool:
+def _kernel_per_call(call: ast.Call, name: str, names: dict[str, str]) -> str | None:
     qualified = _qualified(name, names)
     if qualified is None or not qualified.startswith(TENSORFLOW + "."):
-        return False
+        return None
     path = qualified[len(TENSORFLOW) + 1 :].split(".")
     if path[:2] == ["compat", "v1"] or path[:2] == ["compat", "v2"]:
         path = path[2:]
+    if path == ["py_function"]:  # not compat.v1.py_func (numpy_function: none measured)
+        return PY_FUNCTION
+    return RANDOM if _unseeded_random(call, path) else None
+
+
+def _unseeded_random(call: ast.Call, path: list[str]) -> bool:
     if len(path) == 2 and path[0] == "random" and path[1] in RANDOM_OPS:
         seed_at = RANDOM_OPS[path[1]]
     elif len(path) == 1 and path[0] in RANDOM_OPS and path[0].startswith("random_"):

@@ -112,14 +112,11 @@ def growth_place(
     if pairs.size == 0:
         return None
     deltas = (values[pairs] - values[pairs - 1]).astype(np.float64) / 2
-    credit: Counter[int] = Counter()
-    for line, delta in zip(
-        np.concatenate([lines[pairs - 1], lines[pairs]]).tolist(),
-        np.concatenate([deltas, deltas]).tolist(),
-        strict=True,
-    ):
-        credit[line] += delta
-    return _place(record, credit)
+    running, index = np.unique(
+        np.concatenate([lines[pairs - 1], lines[pairs]]), return_inverse=True
+    )
+    sums = np.bincount(index.reshape(-1), weights=np.concatenate([deltas, deltas]))
+    return _place(record, Counter(dict(zip(running.tolist(), sums.tolist(), strict=True))))
 
 
 def running_place(record: Record, start: float, end: float) -> Place | None:
@@ -129,7 +126,8 @@ def running_place(record: Record, start: float, end: float) -> Place | None:
     if lines is None:
         return None
     inside = (times >= start) & (times <= end)
-    return _place(record, Counter(lines[inside].tolist()))
+    running, counts = np.unique(lines[inside], return_counts=True)
+    return _place(record, Counter(dict(zip(running.tolist(), counts.tolist(), strict=True))))
 
 
 def models_built_at(models: list[ModelBuilt]) -> list[tuple[int, int]]:

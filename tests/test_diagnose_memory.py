@@ -136,7 +136,9 @@ def test_host_memory_growth_weight_snapshots_every_batch(wide):
     per_step = weight_bytes(wide)
     assert 0.5 * per_step <= f.evidence["bytes_per_step"] <= 2 * per_step, f.evidence
     assert f.evidence["r2"] >= 0.8
-    assert f.evidence["where"] == "the cell"
+    # The line that ran while memory grew (the callback keeps the weights inside `fit`).
+    assert f.evidence["where"].startswith("line 9: model.fit(x, y, batch_size=64"), f.evidence
+    assert f.evidence["where_share"] >= 0.8, f.evidence
 
 
 def test_no_host_memory_growth_for_a_cache_filling_in_the_first_epoch(ip):

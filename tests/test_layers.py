@@ -150,6 +150,12 @@ def test_no_private_name_is_imported_from_another_module():
     assert not private, "\n".join(private)
 
 
+# The one reading of the stack allowed: where the user's code is (the profiled file's innermost
+# frame) at a memory sample or a model build, the location findings give (issue 19). It reads
+# no module's state, only the line of the cell or script that is running.
+STACK_READERS = {"recorder": "Recorder.user_line"}
+
+
 def test_nothing_walks_the_stack():
     walkers = [
         f"{module_name(path)} line {number}"
@@ -157,6 +163,9 @@ def test_nothing_walks_the_stack():
         for number, text in enumerate(path.read_text().splitlines(), 1)
         if "_getframe(" in text or "inspect.stack(" in text or "inspect.currentframe(" in text
     ]
+    allowed = [w for w in walkers if w.split(" line ")[0] in STACK_READERS]
+    assert len(allowed) <= len(STACK_READERS), allowed  # one place in each, no more
+    walkers = [w for w in walkers if w not in allowed]
     assert not walkers, "\n".join(walkers)
 
 

@@ -293,6 +293,7 @@ class ModelBuilt:
     cls: str
     loop: int  # innermost loop of the cell it was built in; -1 for none
     rss: int  # process memory right after it was built (bytes; -1 when unknown)
+    line: int = -1  # the line of the cell or script that built it (see `Record.lines`); -1
 
 
 @dataclass
@@ -341,7 +342,9 @@ class Record:
     """Everything measured in one run. Times are seconds since the run started."""
 
     steps: dict[str, np.ndarray] = field(default_factory=lambda: empty_columns(STEP_COLUMNS))
-    # time, step, rss, cpu_tensors, gpu:<dev>:current / peak
+    # time, step, rss, cpu_tensors, line, gpu:<dev>:current / peak. `line` is the line of the
+    # profiled cell or script that was running when the sample was taken (its innermost
+    # frame on the stack; -1: none), numbered as tracebacks number it.
     memory: dict[str, np.ndarray] = field(default_factory=dict)
     nvml: dict[str, np.ndarray] = field(default_factory=dict)  # time, <dev>:util, <dev>:mem_used...
     gc: dict[str, np.ndarray] = field(default_factory=dict)  # time, duration, generation, collected
@@ -358,6 +361,9 @@ class Record:
     keras_calls: list[KerasCall] = field(default_factory=list)  # the first ones, one by one
     keras_call_groups: list[KerasCallGroup] = field(default_factory=list)  # the later ones
     models: list[ModelBuilt] = field(default_factory=list)
+    # The text of each line that `memory["line"]` or a model build points at (stripped):
+    # line numbers count as tracebacks count them (a cell's ``%%tfprofile`` line included).
+    lines: dict[int, str] = field(default_factory=dict)
     config_calls: list[ConfigCall] = field(default_factory=list)
     callback_seconds: dict[str, float] = field(default_factory=dict)  # callback class -> s
     trained: list[TrainedState] = field(default_factory=list)  # what trained, see TrainedState

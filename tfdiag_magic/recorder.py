@@ -13,7 +13,9 @@ per-phase sums, so counts and totals stay exact however long the run.
 
 from __future__ import annotations
 
+import linecache
 import math
+import sys
 import threading
 import weakref
 from array import array
@@ -89,6 +91,8 @@ KERAS_CALL_GROUPS = 1000
 # Python loop) is counted from then on, not recorded row by row: the totals stay exact and
 # the record stays small however many millions of iterations it makes.
 LOOP_ROW_LIMIT = 10_000
+LINE_TEXT = 200  # characters of a line's text kept in `Record.lines`
+MAX_LINE_TEXTS = 1000  # lines whose text is kept (a cell or script has far fewer that run)
 LOSS_BATCH = 4096  # at most this many losses wait; all are read at every memory sample
 NAN = math.nan
 
@@ -206,6 +210,11 @@ class Recorder:
         self.mem_time = array("d")
         self.mem_rss = array("q")
         self.mem_tensors = array("q")  # bytes TensorFlow's CPU allocator has in use
+        # Where the profiled code was at each sample: the line of its innermost frame on the
+        # sampling thread's stack (-1: none). `code_file` is the filename the code was
+        # compiled under (a cell's, a script's path); None: lines are not looked for.
+        self.mem_line = array("i")
+        self.code_file: str | None = None
         self.gpu_memory: dict[str, tuple[array, array]] = {}
         self.rss_reader: Callable[[], int] | None = None
         self.gpu_reader: Callable[[], dict[str, tuple[int, int]]] | None = None
@@ -714,6 +723,7 @@ class Recorder:
         self.mem_time.append(now - self.t0)
         self.mem_rss.append(self.rss_reader() if self.rss_reader else -1)
         self.mem_tensors.append(self.tensor_reader() if self.tensor_reader else -1)
+        self.mem_line.append(self.user_line())
         if self.gpu_reader is not None:
             for device, (current, peak) in self.gpu_reader().items():
                 columns = self.gpu_memory.get(device)
@@ -730,6 +740,25 @@ class Recorder:
                 while len(current_col) < len(self.mem_time):
                     current_col.append(-1)
                     peak_col.append(-1)
+
+    def user_line(self) -> int:
+        """The line of the profiled code running now on this thread: that of the innermost
+        frame of `code_file` on the stack (a line of the cell or script, or of a function it
+        defines); -1 when none is (or no `code_file` is set).
+
+        The one place the tool reads the stack: where the user's code is, at a memory sample
+        (every `memory_interval` at most) or a model build, never per step. A walk of a few
+        dozen frames, a few microseconds.
+        """
+        code_file = self.code_file
+        if code_file is None:
+            return -1
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == code_file:
+                return frame.f_lineno or -1
+            frame = frame.f_back
+        return -1
 
     # -- warnings and errors -------------------------------------------------------------------
 
@@ -818,6 +847,8 @@ class Recorder:
             # bytes of tensors held by TensorFlow's CPU allocator; -1 where not known
             "cpu_tensors": np.array(self.mem_tensors, dtype=np.int64),
         }
+        # the line of the profiled code running at each sample (see `user_line`); -1: none
+        memory["line"] = np.array(self.mem_line, dtype=np.int32)
         for device, (current, peak) in self.gpu_memory.items():
             memory[f"gpu:{device}:current"] = np.array(current, dtype=np.int64)
             memory[f"gpu:{device}:peak"] = np.array(peak, dtype=np.int64)
@@ -844,6 +875,7 @@ class Recorder:
             keras_calls=list(self.keras_calls),
             keras_call_groups=list(self.keras_call_groups.values()),
             models=list(self.models),
+            lines=self._line_texts(),
             config_calls=list(self.config_calls),
             callback_seconds=dict(self.callback_seconds),
             datasets=list(self.datasets),
@@ -889,6 +921,20 @@ class Recorder:
         self._rows = array("d")
         self._handed_over = True
         return steps
+
+    def _line_texts(self) -> dict[int, str]:
+        """The text of each line of the profiled code that a memory sample or a model build
+        points at (stripped, at most LINE_TEXT characters), from the source Python compiled
+        (IPython keeps a cell's in `linecache`; a script's is read from its file)."""
+        if self.code_file is None:
+            return {}
+        numbers = set(self.mem_line) | {m.line for m in self.models}
+        texts: dict[int, str] = {}
+        for number in sorted(n for n in numbers if n > 0)[:MAX_LINE_TEXTS]:
+            text = linecache.getline(self.code_file, number).strip()
+            if text:
+                texts[number] = text[:LINE_TEXT]
+        return texts
 
     @staticmethod
     def _rows_started(positions: np.ndarray, index: np.ndarray | None) -> np.ndarray:

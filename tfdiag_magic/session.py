@@ -39,7 +39,7 @@ from .probes.tf_functions import TFFunctionProbe
 from .record import KINDS, TOOL_VERSION, Kind, LoopInfo, Record
 from .recorder import Recorder
 from .result import ProfileResult
-from .tf_runtime import import_tensorflow, read_losses
+from .tf_runtime import global_seed, import_tensorflow, read_losses
 
 
 @dataclass
@@ -64,11 +64,15 @@ class Session:
         loops: list[LoopInfo] | None = None,
         namespace: dict[str, Any] | None = None,
         label: str = "",
+        filename: str | None = None,
     ) -> None:
         self.options = options or SessionOptions()
         self.source = source
         self.loops = loops or []
         self.namespace = namespace
+        # The filename the code was compiled under: memory samples and model builds record
+        # the line of it that was running (None: the code's lines are not looked for).
+        self.filename = filename
         self.result = ProfileResult(label=label)
         self._probes: list[Probe] = []  # installed and not removed yet
         self._finishers: list[Probe] = []  # the run's probes, in the order they were installed
@@ -92,6 +96,7 @@ class Session:
         tf = import_tensorflow()
         rec = Recorder(memory_interval=self.options.memory_interval)
         rec.loops = list(self.loops)
+        rec.code_file = self.filename
         rec.read_losses = read_losses
         rec.t0_wall = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         try:
@@ -229,6 +234,9 @@ class Session:
         record.started_at = rec.t0_wall
         record.source = self.source
         record.facts = dict(self._facts)
+        # Set by the run or before it: an eager random op without a seed of its own then makes
+        # a new kernel, kept by TensorFlow, on every call (diagnose/eager_kernels.py).
+        record.facts["global_seed"] = self._stage("record (global seed)", global_seed)
         # Each probe writes its own part (the function table, GC pauses, NVML samples, facts);
         # one that fails is a line of the problems, and the others' parts are still kept.
         for probe in self._finishers:

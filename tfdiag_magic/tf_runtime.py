@@ -45,3 +45,11 @@ def read_losses(values: list[Any]) -> list[float]:
     if stacked.shape != (len(values),):  # not all scalars: the caller reads them one by one
         raise ValueError("losses are not all scalars")
     return stacked.astype(float).tolist()
+
+
+def global_seed() -> int | None:
+    """The global seed `tf.random.set_seed` set in this process (eager mode's), or None."""
+    from tensorflow.python.eager import context
+
+    seed = context.global_seed()
+    return None if seed is None else int(seed)

@@ -8,6 +8,7 @@ from ..rewrite import detach_appends
 from ..units import size
 from .evidence import first_rewrite, rounded, with_rewrite
 from .growth import is_steady_rise, steady_growth
+from .where import growth_place
 
 CODE = "device-memory-growth"
 TITLE = "GPU memory in use grows with every step"
@@ -24,7 +25,10 @@ variables from retracing. It is not fragmentation: the allocator's *in-use* figu
 tensors only.
 
 ## Evidence we show
-Per GPU: bytes per step, the total growth, R² against steps done, start and end.
+Per GPU: bytes per step, the total growth, R² against steps done, start and end, and where it
+grew: the line of the cell or script that was running while it grew (the growth between two
+memory samples is credited to the lines running at them; the line, or the loop holding it,
+with the largest share is named, with that share).
 
 ## Fix
 Keep Python numbers (`float(loss)`) or NumPy copies (`.numpy()`) rather than tensors; do not
@@ -44,10 +48,11 @@ def check(record: Record, source: str | None) -> Finding | None:
     for device, values in record.gpu_memory().items():
         growth = steady_growth(record, values)
         if is_steady_rise(growth, MIN_TOTAL) and (worst is None or growth.total > worst[1].total):
-            worst = (device, growth)
+            worst = (device, growth, values)
     if worst is None:
         return None
-    device, growth = worst
+    device, growth, values = worst
+    place = growth_place(record, values, growth.start_time, growth.end_time)
     evidence = {
         "device": device,
         "bytes_per_step": rounded(growth.per_step),
@@ -57,6 +62,9 @@ def check(record: Record, source: str | None) -> Finding | None:
         "start_bytes": rounded(growth.start_value),
         "end_bytes": rounded(growth.end_value),
     }
+    if place is not None:
+        evidence["where"] = place.label
+        evidence.update(place.evidence())
     per_step = size(growth.per_step)
     finding = Finding(
         code=CODE,
@@ -66,6 +74,7 @@ def check(record: Record, source: str | None) -> Finding | None:
             f"TensorFlow's allocator on {device} had {size(growth.start_value)} in use and"
             f" {size(growth.end_value)} at the end, rising with every step (R² {growth.r2:.2f}):"
             " tensors are being kept alive per step."
+            + (" " + place.sentence() if place is not None else "")
         ),
         fix="Keep Python floats or NumPy copies instead of tensors in lists and on objects.",
         evidence=evidence,

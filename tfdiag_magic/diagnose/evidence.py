@@ -48,17 +48,23 @@ def source_line_offset(record: Record) -> int:
     under a ``%%tfprofile`` line that the source does not hold, 0 otherwise."""
     source = record.source
     heads = [(loop.lineno, loop.source.strip()) for loop in record.loops if loop.source.strip()]
+    # The lines memory samples and model builds point at, with their text as compiled.
+    heads += [(lineno, text) for lineno, text in record.lines.items() if text]
     if not source or not heads:
         return 0
     lines = source.splitlines()
-    for offset in (1, 0):
-        if all(
+    # The offset most heads agree with (IPython's own transforms may change a line's text:
+    # a line magic is compiled as a call), 1 where both agree as much.
+    matches = {
+        offset: sum(
             0 < lineno - offset <= len(lines)
             and lines[lineno - offset - 1].strip().startswith(head.splitlines()[0])
             for lineno, head in heads
-        ):
-            return offset
-    return 0
+        )
+        for offset in (1, 0)
+    }
+    best = max(matches, key=lambda offset: (matches[offset], offset))
+    return best if matches[best] else 0
 
 
 def loop_label(record: Record, loop_id: int) -> str:

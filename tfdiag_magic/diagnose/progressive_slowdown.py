@@ -8,6 +8,7 @@ from ..findings import Finding
 from ..record import Kind, Phase, Record
 from ..units import seconds
 from .evidence import loop_label, rounded
+from .where import running_place
 
 CODE = "progressive-slowdown"
 TITLE = "Steps get slower as the run goes on"
@@ -26,8 +27,10 @@ error but rarely a gradual slowdown: TensorFlow's allocator works inside memory 
 
 ## Evidence we show
 The median step time of the first and the last tenth of the steady steps, their ratio, the
-slope per 1000 steps, the step where the rise began, and what grew alongside it in the same run
-(tracings, models built, process memory).
+slope per 1000 steps, the step where the rise began, what grew alongside it in the same run
+(tracings, models built, process memory), and where: for a loop's iterations, that loop; for
+steps, the line of the cell or script that was running at most of the memory samples taken
+after the rise began (with that share of them), or the loop holding it.
 
 ## Fix
 Follow the cause the evidence names; the related findings carry the rewrites. Without one:
@@ -83,9 +86,13 @@ def check(record: Record, source: str | None) -> Finding | None:
         return None
     found, label, loop = best
     causes = _growing_alongside(record, found["start_time"])
+    # A loop's iterations are where they ran; steps are where the code was at the memory
+    # samples taken while they slowed (each sample a share of the time).
+    place = None if loop >= 0 else running_place(record, found["start_time"], found["end_time"])
+    where = loop_label(record, loop) if loop >= 0 else (place.label if place else None)
     evidence = {
         "steps": label,
-        "where": loop_label(record, loop) if loop >= 0 else None,
+        "where": where,
         "early_median_s": rounded(found["early"]),
         "late_median_s": rounded(found["late"]),
         "ratio": rounded(found["ratio"], 3),
@@ -96,6 +103,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         "rise_second_half_s": rounded(found["halves"][1]),
         "alongside": causes,
     }
+    if place is not None:
+        evidence.update(place.evidence())
     because = (" Growing alongside: " + "; ".join(causes) + ".") if causes else ""
     return Finding(
         code=CODE,
@@ -106,7 +115,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         ),
         detail=(
             f"The median {label[:-1]}"
-            + (f" of {evidence['where']}" if loop >= 0 else "")
+            + (f" of {where}" if where is not None else "")
             + f" took {seconds(found['early'])} early in the run and"
             f" {seconds(found['late'])} at its end; the rise began around step"
             f" {found['began']}.{because}"
@@ -202,6 +211,7 @@ def _trend(record: Record, rows: np.ndarray) -> dict | None:
         # Counted among all the steps of the row's phase (or iterations of its loop).
         "began": int(np.count_nonzero(_same_series(record, began_row)[:began_row])),
         "start_time": float(steps["start"][began_row]),
+        "end_time": float(steps["start"][steady[-1]] + steps["duration"][steady[-1]]),
         "excess": excess,
         "halves": halves,
     }

@@ -83,6 +83,7 @@ class KerasModelProbe:
                         cls=type(model).__name__,
                         loop=rec.innermost_loop(),
                         rss=rss,
+                        line=rec.user_line(),
                     )
                 )
 

@@ -123,7 +123,7 @@ def cpu_tensor_reader() -> Callable[[], int]:
     from tensorflow.python.eager import context
 
     heap: Callable[[], int] | None = None
-    tensorflow_counts = True
+    tensorflow_counts: bool | None = None  # not asked yet
 
     def read() -> int:
         nonlocal heap, tensorflow_counts
@@ -131,13 +131,18 @@ def cpu_tensor_reader() -> Callable[[], int]:
         if handle is None:
             return -1
         if tensorflow_counts:
-            try:  # what `get_memory_info("CPU:0")` reads, once the runtime is up
+            try:  # what `get_memory_info("CPU:0")` reads, without its three calls
                 return int(pywrap_tfe.TFE_GetMemoryInfo(handle, "CPU:0")["current"])
             except Exception:
-                value = tf_cpu_allocator_bytes()  # says where no statistics are kept
+                tensorflow_counts = None  # ask again, the public way
+        if tensorflow_counts is None:
+            # The first read asks through `get_memory_info`, which says where the allocator
+            # keeps no statistics (a property of the build and the CPU: asked once).
+            value = tf_cpu_allocator_bytes()
             if value is not None:
+                tensorflow_counts = True
                 return value
-            tensorflow_counts = False  # a property of the build and the CPU: ask no more
+            tensorflow_counts = False
             heap = heap_bytes_reader()
         return heap() if heap is not None else -1
 

@@ -109,7 +109,11 @@ def profile_script(
     main_module = _main_module(path)
     namespace: dict[str, Any] = main_module.__dict__
     session = Session(
-        source=source, loops=prepared.loops, namespace=namespace, label=os.path.basename(path)
+        source=source,
+        loops=prepared.loops,
+        namespace=namespace,
+        label=os.path.basename(path),
+        loop_hooks=prepared.hooks,
     )
     saved_argv, saved_path, saved_path_items = sys.argv, sys.path, list(sys.path)
     saved_main = sys.modules.get("__main__")

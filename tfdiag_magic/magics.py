@@ -240,6 +240,7 @@ class TFProfileMagics(Magics):
             loops=prepared.loops,
             namespace=self.shell.user_ns,
             label=label,
+            loop_hooks=prepared.hooks,
         )
 
     def _profile(

@@ -94,15 +94,18 @@ NAN = math.nan
 class OpenLoop:
     """An iteration-tracking state for one loop of the cell while it runs."""
 
-    __slots__ = ("has_steps", "index", "loop_id", "open", "start", "wait")
+    __slots__ = ("has_steps", "index", "loop_id", "open", "outer_wait", "start", "wait")
 
-    def __init__(self, loop_id: int) -> None:
+    def __init__(self, loop_id: int, outer_wait: float = NAN) -> None:
         self.loop_id = loop_id
         self.index = -1
         self.start = 0.0
         self.wait = 0.0
         self.open = False
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
+        # The input wait no step had taken when the loop began: the next step's again if the
+        # loop ends without one (a helper's loop between a batch and its step).
+        self.outer_wait = outer_wait
 
 
 class StepMark(NamedTuple):
@@ -621,7 +624,7 @@ class Recorder:
     def begin_loop(self, loop_id: int) -> OpenLoop:
         """A loop of the cell starts (again, if it runs inside itself): its own new state,
         innermost of the loops open now; `end_loop` closes it."""
-        state = OpenLoop(loop_id)
+        state = OpenLoop(loop_id, self.pending_wait)
         self.open_loops.append(state)
         return state
 
@@ -662,14 +665,19 @@ class Recorder:
         )
 
     def end_loop(self, loop_id: int) -> None:
+        """The loop's waits that no step took are dropped; a wait from before it began that
+        no step has taken since is the next step's again."""
         now = perf_counter()
+        wait = NAN
         for state in reversed(self.open_loops):
             if state.loop_id == loop_id:
                 if state.open:
                     self.close_iteration(state, now)
                 self.open_loops.remove(state)
+                if not state.has_steps:
+                    wait = state.outer_wait
                 break
-        self.pending_wait = NAN
+        self.pending_wait = wait
 
     def close_all_loops(self) -> None:
         now = perf_counter()

@@ -25,5 +25,3 @@ TimeSplit.data_wait_note
 LoopInfo.rows_dropped
 # probes/keras_calls.py: holds the retired iterator so that it is not freed mid-step.
 _._retired
-# Called by the cell's instrumented loops (instrument.py writes `_tfdiag_loops_.iterate`).
-LoopRuntime.iterate

@@ -505,6 +505,56 @@ def test_which_functions_have_their_loops_instrumented():
     }
 
 
+BLOCKS_SOURCE = """\
+import contextlib
+def f(xs, mode):
+    out = []
+    try:
+        for x in xs:
+            out.append(x)
+        raise ValueError
+    except ValueError:
+        for x in xs:
+            out.append(-x)
+    finally:
+        out.append("finally")
+    match mode:
+        case "drain":
+            while len(out) > 2:
+                out.pop()
+    with contextlib.nullcontext():
+        if out:
+            for x in range(2):
+                out.append(x)
+    return out
+result = f([1, 2], "drain")
+"""
+
+
+def test_loops_in_every_kind_of_block_of_a_function_are_rewritten():
+    _, plain_error = _plain(BLOCKS_SOURCE)
+    assert plain_error is None
+    result = Instrumented(BLOCKS_SOURCE)
+    assert result.error is None
+    assert result.namespace["result"] == _plain(BLOCKS_SOURCE)[0]["result"] == [1, 2, 0, 1]
+    assert [loop.lineno for loop in result.prepared.loops] == [5, 9, 15, 19]
+    assert [result.rows(line).size for line in (5, 9, 15, 19)] == [2, 2, 3, 2]
+
+
+def test_functions_keep_their_code_when_the_two_compilations_cannot_be_paired(monkeypatch):
+    """A safety net never seen to be needed: rather no loop recorded than a function that
+    keeps rewritten code after the run."""
+    from tfdiag_magic import code_runner
+
+    def unpaired(*args: Any) -> None:
+        raise code_runner._UnpairedError("test")
+
+    monkeypatch.setattr(code_runner, "pair_functions", unpaired)
+    prepared = prepare(DEFINITIONS_SOURCE, FILENAME)
+    assert prepared.loops == [] and prepared.hooks is None
+    assert not _holds_hooks(prepared.body)
+
+
 def test_a_function_running_on_another_thread_records_nothing_and_runs_plainly():
     source = (
         "import threading\n"

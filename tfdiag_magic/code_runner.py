@@ -10,7 +10,6 @@ the functions made during the run get back after it (`probes.loops.LoopHooks`).
 from __future__ import annotations
 
 import ast
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType
@@ -95,35 +94,40 @@ def prepare(
             last = ast.Expression(body=ast.copy_location(ast.Name(id=name, ctx=ast.Load()), final))
     if transform is not None:
         transform(tree)
+    body, loops, hooks = _compile_body(tree, source, filename, instrument, compiler)
     last_code = None
     if last is not None:
         ast.fix_missing_locations(last)
         last_code = compiler(last, filename, "eval")
+    return PreparedCode(body=body, last=last_code, loops=loops, hooks=hooks)
+
+
+def _compile_body(
+    tree: ast.Module, source: str, filename: str, instrument: bool, compiler: Compiler
+) -> tuple[CodeType, list[LoopInfo], LoopHooks | None]:
+    """The module's code, its loops rewritten (with their `LoopInfo`s and the hooks the code
+    calls, None where it has no loop), or as written."""
     if not instrument:
-        return PreparedCode(body=compiler(tree, filename, "exec"), last=last_code)
-    # The functions' plain twins: compiled from the same tree before it is rewritten.
+        return compiler(tree, filename, "exec"), [], None
+    # The functions' plain twins: compiled from the same tree, before it is rewritten.
     plain = compiler(tree, filename, "exec") if has_function_loops(tree) else None
-    rewritten = copy.deepcopy(tree) if plain is not None else tree
     loops: list[LoopInfo] = []
 
     def register(lineno: int, text: str, function: str) -> int:
         loops.append(LoopInfo(id=len(loops), lineno=lineno, source=text, function=function))
         return len(loops) - 1
 
-    _, in_functions = instrument_loops(rewritten, source, register)
+    _, in_functions = instrument_loops(tree, source, register)
     hooks = LoopHooks()
-    body = bind_runtime(compiler(rewritten, filename, "exec"), hooks)
+    body = bind_runtime(compiler(tree, filename, "exec"), hooks)
     if plain is not None and in_functions:
         try:
             pair_functions(body, plain, hooks.plain_code)
         except _UnpairedError:
-            # Never seen; were it so, the functions keep their code and only the top-level
-            # loops are recorded.
-            loops.clear()
-            instrument_loops(tree, source, register, functions=False)
-            hooks = LoopHooks()
-            body = bind_runtime(compiler(tree, filename, "exec"), hooks)
-    return PreparedCode(body=body, last=last_code, loops=loops, hooks=hooks if loops else None)
+            # Never seen. Were it so, the code runs as written and no loop is recorded:
+            # functions must never keep the rewritten code after the run.
+            return plain, [], None
+    return body, loops, hooks if loops else None
 
 
 def bind_runtime(code: CodeType, runtime: object) -> CodeType:

@@ -70,12 +70,11 @@ _LAYER_BASES = frozenset({"Layer", "Model", "Sequential", "Functional", "Module"
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
-def _call(method: str, *args: ast.expr) -> ast.Call:
-    return ast.Call(
-        func=ast.Attribute(value=ast.Constant(RUNTIME), attr=method, ctx=ast.Load()),
-        args=list(args),
-        keywords=[],
-    )
+def _call(at: ast.AST, method: str, *args: ast.expr) -> ast.Call:
+    """``RUNTIME.method(*args)``, every new node placed at `at` (no walk to fix them later)."""
+    runtime = ast.copy_location(ast.Constant(RUNTIME), at)
+    function = ast.copy_location(ast.Attribute(value=runtime, attr=method, ctx=ast.Load()), at)
+    return ast.copy_location(ast.Call(func=function, args=list(args), keywords=[]), at)
 
 
 def _dotted(node: ast.expr) -> list[str]:
@@ -120,17 +119,37 @@ def _is_generator(node: ast.FunctionDef) -> bool:
     return False
 
 
-def has_function_loops(tree: ast.AST) -> bool:
+# The fields of a statement that hold statements: loops are statements, so the rewrite walks
+# these only, never an expression (a lambda holds none).
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _statements(node: ast.AST) -> list[ast.stmt]:
+    found: list[ast.stmt] = []
+    for field in _BLOCKS:
+        for item in getattr(node, field, ()):
+            # an except clause or a match case holds statements without being one
+            found.extend(
+                item.body if isinstance(item, (ast.excepthandler, ast.match_case)) else [item]
+            )
+    return found
+
+
+def has_function_loops(tree: ast.Module) -> bool:
     """Whether a function or method in `tree` has a loop that `instrument_loops` may rewrite."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and any(
-            isinstance(inner, (ast.For, ast.While)) for inner in ast.walk(node)
-        ):
+    pending: list[tuple[ast.stmt, bool]] = [(statement, False) for statement in tree.body]
+    while pending:
+        statement, in_function = pending.pop()
+        if in_function and isinstance(statement, (ast.For, ast.While)):
             return True
+        inside = in_function or isinstance(statement, ast.FunctionDef)
+        pending.extend((inner, inside) for inner in _statements(statement))
     return False
 
 
-class _LoopRewriter(ast.NodeTransformer):
+class _LoopRewriter(ast.NodeVisitor):
+    """Rewrites the loops among the statements it visits (it never visits an expression)."""
+
     def __init__(self, lines: list[str], register: Register, functions: bool, tree: ast.AST):
         self.lines = lines
         self.register = register
@@ -151,9 +170,6 @@ class _LoopRewriter(ast.NodeTransformer):
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
         return node  # a coroutine's loop runs interleaved with the event loop's other work
-
-    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
-        return node
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
         if not self.functions:
@@ -178,6 +194,24 @@ class _LoopRewriter(ast.NodeTransformer):
             or any(_compiles(decorator) for decorator in node.decorator_list)
             or _is_generator(node)
         )
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        visitor = getattr(self, "visit_" + node.__class__.__name__, None)
+        if visitor is not None:
+            return visitor(node)
+        self._blocks(node)  # an if, with, try, match...: the statements in it
+        return node
+
+    def _blocks(self, node: ast.AST) -> None:
+        for field in _BLOCKS:
+            items = getattr(node, field, None)
+            if not items:
+                continue
+            if isinstance(items[0], (ast.excepthandler, ast.match_case)):
+                for item in items:
+                    item.body = [self.visit(statement) for statement in item.body]
+            else:
+                setattr(node, field, [self.visit(statement) for statement in items])
 
     def _inside(self, node: ast.FunctionDef | ast.ClassDef, name: str, where: str) -> ast.AST:
         saved = self.where
@@ -205,10 +239,13 @@ class _LoopRewriter(ast.NodeTransformer):
         return self.register(node.lineno, line[:160], self._qualname())
 
     def _wrap(self, loop: ast.stmt, loop_id: int, end: str) -> ast.Try:
-        call = ast.Expr(value=_call(end, ast.Constant(loop_id)))
+        call = ast.copy_location(ast.Expr(value=self._runtime(loop, end, loop_id)), loop)
         wrapped = ast.Try(body=[loop], handlers=[], orelse=[], finalbody=[call])
-        ast.copy_location(wrapped, loop)
-        return ast.fix_missing_locations(wrapped)
+        return ast.copy_location(wrapped, loop)
+
+    @staticmethod
+    def _runtime(at: ast.AST, method: str, loop_id: int, *args: ast.expr) -> ast.Call:
+        return _call(at, method, *args, ast.copy_location(ast.Constant(loop_id), at))
 
     def _names(self) -> tuple[str, str, str]:
         if self.where == "function":
@@ -217,22 +254,22 @@ class _LoopRewriter(ast.NodeTransformer):
 
     def visit_For(self, node: ast.For) -> ast.AST:
         if self.where == "class":  # a class body's own loop: only the functions in it
-            self.generic_visit(node)
+            self._blocks(node)
             return node
         iterate, _, end = self._names()
         loop_id = self._loop_id(node)  # before the loops inside it: ids in source order
-        self.generic_visit(node)
-        node.iter = ast.copy_location(_call(iterate, node.iter, ast.Constant(loop_id)), node.iter)
+        self._blocks(node)
+        node.iter = self._runtime(node.iter, iterate, loop_id, node.iter)
         return self._wrap(node, loop_id, end)
 
     def visit_While(self, node: ast.While) -> ast.AST:
         if self.where == "class":
-            self.generic_visit(node)
+            self._blocks(node)
             return node
         _, tick, end = self._names()
         loop_id = self._loop_id(node)
-        self.generic_visit(node)
-        call = ast.copy_location(ast.Expr(value=_call(tick, ast.Constant(loop_id))), node)
+        self._blocks(node)
+        call = ast.copy_location(ast.Expr(value=self._runtime(node, tick, loop_id)), node)
         node.body = [call, *node.body]
         return self._wrap(node, loop_id, end)
 
@@ -248,5 +285,4 @@ def instrument_loops(
     """
     rewriter = _LoopRewriter(source.splitlines(), register, functions, tree)
     tree.body = [rewriter.visit(statement) for statement in tree.body]
-    ast.fix_missing_locations(tree)
     return rewriter.count, rewriter.in_functions

@@ -127,6 +127,7 @@ def _compile_body(
             # Never seen. Were it so, the code runs as written and no loop is recorded:
             # functions must never keep the rewritten code after the run.
             return plain, [], None
+        hooks.seal(body)
     return body, loops, hooks if loops else None
 
 

@@ -118,7 +118,7 @@ class Session:
                 NVMLProbe(self.options.nvml_interval if self.options.nvml else None),
             ]
             if self.loop_hooks is not None:
-                probes.append(LoopProbe(self.loop_hooks))
+                probes.append(LoopProbe(self.loop_hooks, self.namespace))
             self._finishers = probes  # every probe writes its part of the record
             for probe in probes:
                 probe.install(rec)

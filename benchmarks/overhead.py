@@ -161,7 +161,9 @@ def timed(source: str, namespace: dict, arm: str) -> list[float]:
     if not profiled:
         run(prepared, namespace)
         return namespace["step_times"]
-    session = Session(source=source, loops=prepared.loops, namespace=namespace)
+    session = Session(
+        source=source, loops=prepared.loops, namespace=namespace, loop_hooks=prepared.hooks
+    )
     result = session.start()
     view = _live_view() if arm == "live" else None
     if view is not None:

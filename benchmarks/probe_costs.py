@@ -83,7 +83,7 @@ def loop_iteration_cost() -> tuple[float, float]:
     def once(instrument: bool) -> float:
         prepared = prepare(source, "<loop>", instrument=instrument)
         if instrument:
-            probed(LoopProbe(namespace), lambda: run(prepared, namespace))
+            probed(LoopProbe(prepared.hooks), lambda: run(prepared, namespace))
         else:
             run(prepared, namespace)
         return namespace["elapsed"] / ITERATIONS * 1e6

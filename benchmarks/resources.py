@@ -160,7 +160,9 @@ def profiled_run(source: str, namespace: dict[str, Any], listener: Any = None) -
     from tfdiag_magic.session import Session
 
     prepared = prepare(source, "<resources>", instrument=True)
-    session = Session(source=source, loops=prepared.loops, namespace=namespace)
+    session = Session(
+        source=source, loops=prepared.loops, namespace=namespace, loop_hooks=prepared.hooks
+    )
     result = session.start()
     if listener is not None:
         session.add_listener(listener)

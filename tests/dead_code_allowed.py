@@ -25,5 +25,6 @@ TimeSplit.data_wait_note
 LoopInfo.rows_dropped
 # probes/keras_calls.py: holds the retired iterator so that it is not freed mid-step.
 _._retired
-# Called by the cell's instrumented loops (instrument.py writes `_tfdiag_loops_.iterate`).
-LoopRuntime.iterate
+# probes/loops.py: LoopHooks holds the rewritten module's code (its constants hold the
+# top-level functions' code objects, whose reference counts it compares after the run).
+_._code

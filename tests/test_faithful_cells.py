@@ -593,3 +593,152 @@ def test_training_gives_the_same_weights_losses_and_draws_after_it(ip, capsys, n
         ]
     )  # it trained: weights moved
     assert_same(plain, profiled)
+
+
+# -- functions with loops, defined in the profiled cell and used after it ---------------------
+
+FUNCTIONS_CELL = (
+    SEED
+    + """\
+import functools
+class Base:
+    def total(self, values):
+        s = 0
+        for v in values:
+            s += v
+        return s
+class Child(Base):
+    def total(self, values, bonus=1):
+        t = super().total(values)
+        for v in values:
+            t += bonus
+        return t
+def make_scaler(k):
+    def scale(values):
+        out = []
+        for v in values:
+            out.append(k * v)
+        return out
+    return scale
+def squares(n):
+    for i in range(n):
+        yield i * i
+@tf.function
+def graph_sum(x):
+    total = tf.constant(0.0)
+    for i in range(3):
+        total += x * i
+    return total
+def logged(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+    return wrapper
+@logged
+def countdown(n):
+    seen = []
+    while n > 0:
+        seen.append(n)
+        n -= 1
+    return seen
+def check(values):
+    for v in values:
+        if v < 0:
+            raise ValueError(f"negative value {v}")
+    return len(values)
+class Track(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.keys = []
+    def on_epoch_end(self, epoch, logs=None):
+        for key in sorted(logs or {}):
+            self.keys.append(key)
+double = make_scaler(2)
+gen = squares(5)
+first = next(gen)
+used = (Child().total([1, 2, 3]), double([1, 2]), countdown(3), check([1, 2]))
+traced = float(graph_sum(tf.constant(2.0)))
+model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+track = Track()
+history = model.fit(np.ones((4, 1)), np.ones((4, 1)), epochs=2, verbose=0, callbacks=[track])
+"""
+)
+# A plain cell after it: the functions (and the generator left half-way, and a Keras callback
+# in a later fit) behave as plain ones; their tracebacks, sources, signatures and code are the
+# plain run's; no name or object of the tool is left in the namespace, the builtins or code.
+USE_FUNCTIONS_LATER = """\
+import builtins, inspect, traceback, types
+later = (Child().total([4, 5], bonus=2), double([3]), make_scaler(3)([1]), countdown(2))
+rest = list(gen)
+retraced = float(graph_sum(tf.constant([1.0, 2.0]))[1])
+try:
+    check([1, -4])
+except ValueError as error:
+    failure = [
+        (frame.name, frame.line, frame.lineno - check.__code__.co_firstlineno)
+        for frame in traceback.extract_tb(error.__traceback__)[1:]
+    ]
+functions = (Base.total, Child.total, make_scaler, double, squares, countdown,
+             countdown.__wrapped__, check, Track.on_epoch_end, logged, graph_sum.python_function)
+def code_shape(code):  # not co_code: IPython compiles a plain cell statement by statement
+    lines = sorted({line - code.co_firstlineno for *_, line in code.co_lines() if line})
+    return (code.co_name, code.co_names, code.co_varnames, code.co_freevars, lines,
+            [code_shape(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts])
+def tool_objects(code):
+    found = [name for name in code.co_names + code.co_varnames if "tfdiag" in name]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found += tool_objects(const)
+        elif type(const).__module__.startswith("tfdiag"):
+            found.append(repr(const))
+    return found
+shapes = [code_shape(f.__code__) for f in functions]
+sources = [inspect.getsource(f) for f in functions]  # a class's source needs a file
+signatures = [str(inspect.signature(f)) for f in (Child.total, countdown, double)]
+first_lines = [f.__code__.co_firstlineno - Base.total.__code__.co_firstlineno for f in functions]
+leftovers = sorted(name for name in [*globals(), *vars(builtins)] if "tfdiag" in name)
+leftovers += [found for f in functions for found in tool_objects(f.__code__)]
+later_track = Track()
+model.fit(np.ones((4, 1)), np.ones((4, 1)), epochs=1, verbose=0, callbacks=[later_track])
+later_keys = later_track.keys
+"""
+
+
+def test_functions_with_loops_defined_in_the_cell_behave_as_plain_ones_after_it(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, FUNCTIONS_CELL, USE_FUNCTIONS_LATER)
+    assert plain.success, plain.exception
+    assert plain.observed["later"] == (
+        "tuple",
+        [13, ("list", [6]), ("list", [3]), ("list", [2, 1])],
+    )
+    assert plain.observed["rest"] == ("list", [1, 4, 9, 16])
+    assert plain.observed["failure"] == (
+        "list",
+        [("tuple", ["check", 'raise ValueError(f"negative value {v}")', 3])],
+    )
+    assert plain.observed["leftovers"] == ("list", [])
+    assert_same(plain, profiled)
+
+
+FAILING_IN_A_FUNCTIONS_LOOP = """\
+def load_all(batches):
+    loaded = []
+    for batch in batches:
+        if batch == 2:
+            raise ValueError(f"bad batch {batch}")
+        loaded.append(batch)
+    return loaded
+def main():
+    while True:
+        return load_all(range(5))
+main()
+"""
+
+
+def test_exception_from_a_functions_loop_points_at_the_users_real_lines(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, FAILING_IN_A_FUNCTIONS_LOOP, "again = main\n")
+    assert plain.error == ("ValueError", "bad batch 2")
+    assert [frame[1] for frame in plain.frames] == ["<module>", "main", "load_all"]
+    assert_same(plain, profiled)
+    assert_real_lines(profiled, FAILING_IN_A_FUNCTIONS_LOOP)

@@ -83,6 +83,91 @@ print(json.dumps({
     "pickles": type(pickle.loads(pickle.dumps(Config()))).__qualname__,
 }))
 """,
+    "loops-in-functions": """\
+import builtins, inspect, sys
+
+
+class Base:
+    def total(self, values):
+        s = 0
+        for v in values:
+            s += v
+        return s
+
+
+class Child(Base):
+    def total(self, values, bonus=1):
+        t = super().total(values)
+        for v in values:
+            t += bonus
+        return t
+
+
+def make_scaler(k):
+    def scale(values):
+        return [k * v for v in values if v is not None]
+    def scale_loop(values):
+        out = []
+        for v in values:
+            out.append(k * v)
+        return out
+    return scale_loop
+
+
+def squares(n):
+    for i in range(n):
+        yield i * i
+
+
+def countdown(n):
+    seen = []
+    while n > 0:
+        seen.append(n)
+        n -= 1
+    return seen
+
+
+def main(argv):
+    gen = squares(4)
+    print(next(gen), Child().total([1, 2, 3]), make_scaler(2)(argv[:1] * 2), countdown(3))
+    print(list(gen), inspect.getsource(countdown).splitlines()[2])
+    print(countdown.__code__.co_firstlineno, Child.total.__code__.co_firstlineno)
+    print(sorted(name for name in [*globals(), *vars(builtins)] if "tfdiag" in name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+""",
+    "raise-in-a-functions-loop": """\
+import sys
+
+
+def load(batches):
+    loaded = []
+    for batch in batches:
+        if batch == 2:
+            raise ValueError(f"corrupt batch {batch} of {sys.argv[1]}")
+        loaded.append(batch)
+    return loaded
+
+
+class Loader:
+    def run(self):
+        attempt = 0
+        while attempt < 3:
+            attempt += 1
+            print("attempt", attempt)
+            load(range(4))
+
+
+def main():
+    Loader().run()
+
+
+if __name__ == "__main__":
+    main()
+""",
     "mutates-sys": """\
 import sys
 sys.path.insert(0, "/nowhere")

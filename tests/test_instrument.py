@@ -1,9 +1,11 @@
-"""The rewriting of a cell's top-level loops (`instrument`, `code_runner`) and the loop runtime.
+"""The rewriting of the code's loops (`instrument`, `code_runner`) and the loop runtime.
 
 Every source here is run twice: compiled as Python would, and prepared by
-`code_runner.prepare` with the real `LoopRuntime` bound through `LoopProbe` to a real
+`code_runner.prepare` with the real `LoopRuntime` activated through `LoopProbe` on a real
 `Recorder`. The instrumented run must behave exactly like the plain one (values, exceptions,
-line numbers) while recording one ``loop`` row per iteration.
+line numbers) while recording one ``loop`` row per iteration, of the top-level loops and of
+the loops of the functions the code defines; after the run those functions have their plain
+code again.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import numpy as np
 import pytest
 
 from tfdiag_magic.code_runner import cell_source, prepare, run
-from tfdiag_magic.instrument import RUNTIME_NAME
-from tfdiag_magic.probes.loops import LoopProbe
+from tfdiag_magic.instrument import RUNTIME
+from tfdiag_magic.probes.loops import LoopHooks, LoopProbe, LoopRuntime
 from tfdiag_magic.record import KINDS, PHASES, Record
 from tfdiag_magic.recorder import Recorder
 
@@ -47,7 +49,7 @@ class Instrumented:
         self.namespace: dict[str, Any] = {"__name__": "__main__"}
         self.error: BaseException | None = None
         self.value: Any = None
-        probe = LoopProbe(self.namespace)
+        probe = LoopProbe(self.prepared.hooks or LoopHooks(), self.namespace)
         probe.install(self.recorder)
         try:
             self.value = run(self.prepared, self.namespace)
@@ -57,6 +59,7 @@ class Instrumented:
             probe.remove()
         self.open_loops_after = list(self.recorder.open_loops)
         self.record: Record = self.recorder.finish()
+        probe.finish(self.record)
 
     def loop_id(self, lineno: int) -> int:
         (loop,) = [loop for loop in self.prepared.loops if loop.lineno == lineno]
@@ -70,11 +73,7 @@ class Instrumented:
 
 
 def _user_vars(namespace: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: v
-        for k, v in namespace.items()
-        if not k.startswith("__") and k != RUNTIME_NAME and not callable(v)
-    }
+    return {k: v for k, v in namespace.items() if not k.startswith("__") and not callable(v)}
 
 
 def _code_objects(code: types.CodeType):
@@ -365,7 +364,7 @@ def test_wait_in_the_generators_next_is_recorded_as_each_iterations_data_wait():
     np.testing.assert_allclose(starts[1:] - (starts[:-1] + durations[:-1]), waits[1:], atol=1e-9)
 
 
-# -- code outside the cell's own top level is left alone ------------------------------------
+# -- loops of functions: recorded during the run, plain code after it -------------------------
 
 DEFINITIONS_SOURCE = """\
 def summed(xs):
@@ -392,37 +391,363 @@ result = (summed(range(5)), Table.col2, doubled([1, 2]), inner(3))
 """
 
 
-def test_loops_inside_def_class_and_lambda_are_not_rewritten():
+def _holds_hooks(code: types.CodeType) -> bool:
+    return any(isinstance(const, LoopHooks) for c in _code_objects(code) for const in c.co_consts)
+
+
+def _plain_code(source: str, qualname: str) -> types.CodeType:
+    plain = compile(source, FILENAME, "exec", dont_inherit=True)  # as Python compiles it
+    (code,) = [c for c in _code_objects(plain) if c.co_qualname == qualname]
+    return code
+
+
+def test_loops_of_functions_are_recorded_and_the_functions_get_their_plain_code_back():
     result = Instrumented(DEFINITIONS_SOURCE)
     assert result.error is None
     assert result.namespace["result"] == (10, 20, [2, 4], 3)
-    # only the top-level `for i` loop was instrumented
-    assert [loop.lineno for loop in result.prepared.loops] == [15]
-    module_code = result.prepared.body
-    assert RUNTIME_NAME in module_code.co_names
-    nested = [c for c in _code_objects(module_code) if c is not module_code]
-    assert {c.co_name for c in nested} >= {"summed", "Table", "<lambda>", "inner"}
-    for code in nested:
-        assert RUNTIME_NAME not in code.co_names, code.co_name
-    for name in ("summed", "doubled", "inner"):
-        assert RUNTIME_NAME not in result.namespace[name].__code__.co_names
-    # the function keeps working after the run, when the runtime is no longer bound
-    assert RUNTIME_NAME not in result.namespace
+    # The functions' loops and the top-level one; not the class body's, nor the lambda's.
+    loops = {loop.lineno: loop.function for loop in result.prepared.loops}
+    assert loops == {3: "summed", 5: "summed", 15: "", 17: "inner"}
+    assert result.rows(3).size == 5 and result.rows(17).size == 3 and result.rows(15).size == 2
+    # A function's loop that ran no iteration is not in the record; the cell's own are.
+    assert {loop.lineno for loop in result.record.loops} == {3, 15, 17}
+    for name in ("summed", "inner"):
+        function = result.namespace[name]
+        assert function.__code__ == _plain_code(DEFINITIONS_SOURCE, name)
+        assert not _holds_hooks(function.__code__)
+    assert not _holds_hooks(result.namespace["doubled"].__code__)
+    assert _holds_hooks(result.prepared.body)  # the run's own code held them
+    # After the run, the functions run as plain Python and record nothing.
+    rows = result.recorder.count
     assert result.namespace["summed"](range(30)) == 35
-    assert result.rows(15).size == 2
+    assert result.recorder.count == rows
 
 
-def test_loop_probe_binds_the_runtime_among_builtins_and_restores_what_was_there():
-    """The cell's globals never hold the runtime (globals() and dir() stay the plain run's);
-    a name already among the builtins the namespace uses is put back exactly."""
-    own_builtins: dict[str, Any] = {RUNTIME_NAME: "user's own"}
-    namespace: dict[str, Any] = {"__builtins__": own_builtins}
-    probe = LoopProbe(namespace)
-    probe.install(Recorder())
-    assert own_builtins[RUNTIME_NAME] != "user's own"
-    assert RUNTIME_NAME not in namespace
-    probe.remove()
-    assert own_builtins[RUNTIME_NAME] == "user's own"
+def test_nothing_is_bound_in_the_namespace_or_among_the_builtins():
+    import builtins
+
+    before = dict(vars(builtins))
+    source = "seen = sorted(globals())\nfor i in range(2):\n    pass\n"
+    result = Instrumented(source)
+    assert result.namespace["seen"] == ["__builtins__", "__name__"]
+    assert dict(vars(builtins)) == before
+    assert not any(RUNTIME in str(key) for key in result.namespace)
+
+
+FUNCTION_KINDS_SOURCE = """\
+import tensorflow as tf
+import keras
+
+def plain(xs):
+    for x in xs:
+        pass
+
+def generator(xs):
+    for x in xs:
+        yield x
+
+async def coroutine(xs):
+    for x in xs:
+        pass
+
+@tf.function
+def graph(xs):
+    for x in tf.range(3):
+        pass
+
+@tf.function(reduce_retracing=True)
+def graph_too(xs):
+    while xs > 0:
+        xs -= 1
+
+def given_to_tf_function(xs):
+    for x in xs:
+        pass
+
+compiled = tf.function(given_to_tf_function)
+
+def in_a_lambda_layer(xs):
+    for x in xs:
+        pass
+
+layer = keras.layers.Lambda(in_a_lambda_layer)
+
+class Block(keras.layers.Layer):
+    def call(self, x):
+        for _ in range(2):
+            x = x + 1
+        return x
+
+class Deeper(Block):
+    def call(self, x):
+        for _ in range(2):
+            x = x * 2
+        return x
+
+class Trainer:
+    def fit(self, xs):
+        def each(x):
+            while False:
+                pass
+        for x in xs:
+            each(x)
+"""
+
+
+def test_which_functions_have_their_loops_instrumented():
+    prepared = prepare(FUNCTION_KINDS_SOURCE, FILENAME)
+    lines = FUNCTION_KINDS_SOURCE.splitlines()
+    found = {(lines[loop.lineno - 1].strip(), loop.function) for loop in prepared.loops}
+    assert found == {
+        ("for x in xs:", "plain"),
+        ("while False:", "Trainer.fit.<locals>.each"),
+        ("for x in xs:", "Trainer.fit"),
+    }
+
+
+BLOCKS_SOURCE = """\
+import contextlib
+def f(xs, mode):
+    out = []
+    try:
+        for x in xs:
+            out.append(x)
+        raise ValueError
+    except ValueError:
+        for x in xs:
+            out.append(-x)
+    finally:
+        out.append("finally")
+    match mode:
+        case "drain":
+            while len(out) > 2:
+                out.pop()
+    with contextlib.nullcontext():
+        if out:
+            for x in range(2):
+                out.append(x)
+    return out
+result = f([1, 2], "drain")
+"""
+
+
+def test_loops_in_every_kind_of_block_of_a_function_are_rewritten():
+    _, plain_error = _plain(BLOCKS_SOURCE)
+    assert plain_error is None
+    result = Instrumented(BLOCKS_SOURCE)
+    assert result.error is None
+    assert result.namespace["result"] == _plain(BLOCKS_SOURCE)[0]["result"] == [1, 2, 0, 1]
+    assert [loop.lineno for loop in result.prepared.loops] == [5, 9, 15, 19]
+    assert [result.rows(line).size for line in (5, 9, 15, 19)] == [2, 2, 3, 2]
+
+
+def test_functions_keep_their_code_when_the_two_compilations_cannot_be_paired(monkeypatch):
+    """A safety net never seen to be needed: rather no loop recorded than a function that
+    keeps rewritten code after the run."""
+    from tfdiag_magic import code_runner
+
+    def unpaired(*args: Any) -> None:
+        raise code_runner._UnpairedError("test")
+
+    monkeypatch.setattr(code_runner, "pair_functions", unpaired)
+    prepared = prepare(DEFINITIONS_SOURCE, FILENAME)
+    assert prepared.loops == [] and prepared.hooks is None
+    assert not _holds_hooks(prepared.body)
+
+
+def test_a_function_running_on_another_thread_records_nothing_and_runs_plainly():
+    source = (
+        "import threading\n"
+        "def count(n):\n"
+        "    total = 0\n"
+        "    for i in range(n):\n"
+        "        total += i\n"
+        "    k = 0\n"
+        "    while k < n:\n"
+        "        k += 1\n"
+        "    out.append(total + k)\n"
+        "out = []\n"
+        "worker = threading.Thread(target=count, args=(4,))\n"
+        "worker.start()\n"
+        "worker.join()\n"
+    )
+    result = Instrumented(source)
+    assert result.error is None
+    assert result.namespace["out"] == [10]
+    assert result.record.step_count == 0
+
+
+def test_a_function_still_running_on_a_thread_when_the_run_ends_goes_on_plainly():
+    source = (
+        "import threading\n"
+        "go = threading.Event()\n"
+        "def wait_then_count(n):\n"
+        "    go.wait(10)\n"
+        "    total = 0\n"
+        "    for i in range(n):\n"
+        "        total += i\n"
+        "    while total > 3:\n"
+        "        total -= 1\n"
+        "    out.append(total)\n"
+        "out = []\n"
+        "worker = threading.Thread(target=wait_then_count, args=(5,))\n"
+        "worker.start()\n"
+    )
+    result = Instrumented(source)
+    assert result.error is None
+    # The run is over: the thread's frame still runs the rewritten code, with idle hooks.
+    result.namespace["go"].set()
+    result.namespace["worker"].join(10)
+    assert result.namespace["out"] == [3]
+    assert not _holds_hooks(result.namespace["wait_then_count"].__code__)
+
+
+def test_functions_made_during_the_run_anywhere_get_their_plain_code():
+    """Closures kept in a list, a bound method in a dict, a decorated function's original."""
+    source = (
+        "import functools\n"
+        "def make(k):\n"
+        "    def add(xs):\n"
+        "        for x in xs:\n"
+        "            k_total = k + x\n"
+        "        return k_total\n"
+        "    return add\n"
+        "def logged(function):\n"
+        "    @functools.wraps(function)\n"
+        "    def wrapper(*args):\n"
+        "        return function(*args)\n"
+        "    return wrapper\n"
+        "class Model:\n"
+        "    @logged\n"
+        "    def fit(self, xs):\n"
+        "        n = 0\n"
+        "        for x in xs:\n"
+        "            n += 1\n"
+        "        return n\n"
+        "adders = [make(1), make(2)]\n"
+        "kept = {'fit': Model().fit}\n"
+        "del make\n"
+        "values = [add([1, 2]) for add in adders] + [kept['fit']([1, 2, 3])]\n"
+    )
+    result = Instrumented(source)
+    assert result.namespace["values"] == [3, 4, 3]
+    namespace = result.namespace
+    functions = [*namespace["adders"], namespace["kept"]["fit"].__func__.__wrapped__]
+    for function in functions:
+        assert not _holds_hooks(function.__code__), function
+        assert function.__code__ == _plain_code(source, function.__qualname__)
+
+
+USUAL_PLACES_SOURCE = """\
+import functools
+def logged(function):
+    @functools.wraps(function)
+    def wrapper(*args):
+        return function(*args)
+    return wrapper
+@logged
+def decorated(xs):
+    for x in xs:
+        pass
+    return len(xs)
+def make(k):
+    def add(xs):
+        for x in xs:
+            k_total = k + x
+        return k_total
+    return add
+class Model:
+    @staticmethod
+    def count(xs):
+        n = 0
+        for x in xs:
+            n += 1
+        return n
+    @property
+    def size(self):
+        while False:
+            pass
+        return 3
+add_one = make(1)
+values = (decorated([1, 2]), add_one([1]), Model.count([4, 5, 6]), Model().size)
+"""
+
+
+def test_functions_in_the_usual_places_are_found_without_searching_every_object(monkeypatch):
+    """A decorated function's original, a closure, a static method and a property getter:
+    found from the namespace; the garbage collector's search of every object (tens of
+    milliseconds in a TensorFlow process) is kept for functions held elsewhere."""
+    import gc
+
+    searches: list[int] = []
+    search = gc.get_referrers
+    monkeypatch.setattr(
+        gc, "get_referrers", lambda *held: searches.append(len(held)) or search(*held)
+    )
+    result = Instrumented(USUAL_PLACES_SOURCE)
+    assert result.namespace["values"] == (2, 2, 3, 3)
+    assert searches == []
+    namespace = result.namespace
+    functions = [
+        namespace["decorated"].__wrapped__,
+        namespace["add_one"],
+        namespace["Model"].count,
+        namespace["Model"].size.fget,
+    ]
+    for function in functions:
+        assert function.__code__ == _plain_code(USUAL_PLACES_SOURCE, function.__qualname__)
+    # held only in a list: found by the search
+    held = Instrumented(USUAL_PLACES_SOURCE + "kept = [make(2)]\ndel make\n")
+    assert searches == [1]
+    (kept,) = held.namespace["kept"]
+    assert kept.__code__ == _plain_code(USUAL_PLACES_SOURCE, "make.<locals>.add")
+
+
+def test_hooks_pickled_with_a_function_arrive_idle():
+    """cloudpickle (joblib, Ray) pickles a __main__ function's code by value, constants and
+    all: the hooks arrive as idle ones, and the function runs plainly there."""
+    import pickle
+
+    hooks = LoopHooks()
+    hooks.activate(LoopRuntime(Recorder()))
+    copy = pickle.loads(pickle.dumps(hooks))
+    assert isinstance(copy, LoopHooks) and copy.plain_code == {}
+    assert list(copy.iterate_guarded([1, 2], 0)) == [1, 2]
+    assert copy.end_guarded(0) is None
+
+
+def test_a_wait_before_a_helpers_loop_stays_the_next_steps():
+    """A function's loop that runs between a batch and its step (an augmentation helper with
+    a loop of its own) does not take the batch's wait from the step."""
+    source = (
+        "import time\n"
+        "def batches():\n"
+        "    for i in range(3):\n"
+        "        time.sleep(0.02)\n"
+        "        yield i\n"
+        "def augment(b):\n"
+        "    for k in range(2):\n"
+        "        b += k\n"
+        "    return b\n"
+        "for b in batches():\n"
+        "    augment(b)\n"
+        "    record_step()\n"
+    )
+    prepared = prepare(source, FILENAME)
+    recorder = Recorder()
+    recorder.loops = list(prepared.loops)
+    waits: list[float] = []
+
+    def record_step() -> None:
+        waits.append(recorder.take_wait())
+
+    probe = LoopProbe(prepared.hooks)
+    probe.install(recorder)
+    try:
+        run(prepared, {"record_step": record_step})
+    finally:
+        probe.remove()
+    assert len(waits) == 3 and all(wait >= 0.02 for wait in waits), waits
 
 
 # -- line numbers are kept ------------------------------------------------------------------
@@ -461,7 +786,7 @@ def test_instrumented_code_uses_exactly_the_line_numbers_of_the_source():
     source += DEFINITIONS_SOURCE
     plain_code = compile(source, FILENAME, "exec")
     prepared = prepare(source, FILENAME)
-    assert len(prepared.loops) == 3
+    assert len(prepared.loops) == 6  # 2 top-level above, and 4 below (see its test)
     assert _lines(prepared.body) == _lines(plain_code)
     assert prepared.body.co_filename == FILENAME
 

@@ -31,7 +31,9 @@ model.fit(x, y, batch_size=8, epochs=4, verbose=0)
 def profile_with(view: LiveView, source: str, namespace: dict[str, Any]) -> tuple[Any, Any]:
     """Run `source` profiled with `view` attached; (result, the exception that ended it)."""
     prepared = prepare(source, "<live-test>", instrument=True)
-    session = Session(source=source, loops=prepared.loops, namespace=namespace)
+    session = Session(
+        source=source, loops=prepared.loops, namespace=namespace, loop_hooks=prepared.hooks
+    )
     result = session.start()
     view.attach(session)
     error = None
@@ -166,7 +168,9 @@ def test_the_ticker_stops_when_the_cell_raises_and_when_the_view_is_closed(names
 
     closed = LiveView(interval=0.05, tick=0.05)
     prepared = prepare("import time\ntime.sleep(0.3)\n", "<live-test>", instrument=True)
-    session = Session(source="", loops=prepared.loops, namespace=namespace)
+    session = Session(
+        source="", loops=prepared.loops, namespace=namespace, loop_hooks=prepared.hooks
+    )
     session.start()
     closed.attach(session)
     assert live_threads() == ["tfdiag-live-view"]

@@ -1,10 +1,10 @@
 """Command line: ``python -m tfdiag_magic profile SCRIPT.py``, ``demo`` and ``gpu``.
 
 ``profile`` runs a script as ``python SCRIPT.py`` would (``__main__``, ``__file__``, ``sys.argv``,
-``sys.path[0]``), under the same instrumentation as ``%%tfprofile`` (its top-level loops
-included), prints the text report and writes the JSON report. It exits with the status and the
-message Python would (``sys.exit`` codes, 1 and the traceback for an exception, 130 for an
-interrupt); the report is written however the script ended.
+``sys.path[0]``), under the same instrumentation as ``%%tfprofile`` (the loops of its top level
+and of its functions and methods included), prints the text report and writes the JSON report.
+It exits with the status and the message Python would (``sys.exit`` codes, 1 and the traceback
+for an exception, 130 for an interrupt); the report is written however the script ended.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-loops",
         action="store_true",
-        help="do not record the iterations of the script's top-level loops",
+        help="do not record the iterations of the script's loops (its functions' included)",
     )
     demo = sub.add_parser("demo", help="profile the bundled example with a known problem")
     demo.add_argument(
@@ -114,6 +114,7 @@ def profile_script(
         namespace=namespace,
         label=os.path.basename(path),
         filename=path,
+        loop_hooks=prepared.hooks,
     )
     saved_argv, saved_path, saved_path_items = sys.argv, sys.path, list(sys.path)
     saved_main = sys.modules.get("__main__")

@@ -2,7 +2,9 @@
 
 The code keeps its filename and line numbers, so tracebacks point at the user's lines. For a
 cell, the last expression is split off and evaluated apart, as IPython does, so its value can
-be displayed as the cell's result.
+be displayed as the cell's result. Where functions of the code have loops, the code is also
+compiled plainly, and each rewritten function code object is paired with its plain twin, which
+the functions made during the run get back after it (`probes.loops.LoopHooks`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
 
-from .instrument import instrument_loops
+from .instrument import RUNTIME, has_function_loops, instrument_loops
 from .instrument_conversions import mark_conversions
+from .probes.loops import LoopHooks
 from .record import LoopInfo
 
 Compiler = Callable[[Any, str, str], CodeType]
@@ -53,6 +56,9 @@ class PreparedCode:
     body: CodeType
     last: CodeType | None = None  # evaluated after the body; its value is the cell's value
     loops: list[LoopInfo] = field(default_factory=list)
+    # What the rewritten code calls (`probes.loops.LoopProbe` activates it for the run); None
+    # where nothing was rewritten.
+    hooks: LoopHooks | None = None
 
 
 def prepare(
@@ -89,21 +95,98 @@ def prepare(
             last = ast.Expression(body=ast.copy_location(ast.Name(id=name, ctx=ast.Load()), final))
     if transform is not None:
         transform(tree)
-    loops: list[LoopInfo] = []
-    if instrument:
-
-        def register(lineno: int, text: str) -> int:
-            loops.append(LoopInfo(id=len(loops), lineno=lineno, source=text))
-            return len(loops) - 1
-
-        if instrument_loops(tree, source, register):
-            mark_conversions(tree)  # only inside loops, whose runtime the run then installs
-    body = compiler(tree, filename, "exec")
+    body, loops, hooks = _compile_body(tree, source, filename, instrument, compiler)
     last_code = None
     if last is not None:
         ast.fix_missing_locations(last)
         last_code = compiler(last, filename, "eval")
-    return PreparedCode(body=body, last=last_code, loops=loops)
+    return PreparedCode(body=body, last=last_code, loops=loops, hooks=hooks)
+
+
+def _compile_body(
+    tree: ast.Module, source: str, filename: str, instrument: bool, compiler: Compiler
+) -> tuple[CodeType, list[LoopInfo], LoopHooks | None]:
+    """The module's code, its loops rewritten (with their `LoopInfo`s and the hooks the code
+    calls, None where it has no loop), or as written."""
+    if not instrument:
+        return compiler(tree, filename, "exec"), [], None
+    # The functions' plain twins: compiled from the same tree, before it is rewritten.
+    plain = compiler(tree, filename, "exec") if has_function_loops(tree) else None
+    loops: list[LoopInfo] = []
+
+    def register(lineno: int, text: str, function: str) -> int:
+        loops.append(LoopInfo(id=len(loops), lineno=lineno, source=text, function=function))
+        return len(loops) - 1
+
+    rewritten, in_functions = instrument_loops(tree, source, register)
+    if rewritten > in_functions:
+        mark_conversions(tree)  # inside the top level's loops (see `instrument_conversions`)
+    hooks = LoopHooks()
+    body = bind_runtime(compiler(tree, filename, "exec"), hooks)
+    if plain is not None and in_functions:
+        try:
+            pair_functions(body, plain, hooks.plain_code)
+        except _UnpairedError:
+            # Never seen. Were it so, the code runs as written and no loop is recorded:
+            # functions must never keep the rewritten code after the run.
+            return plain, [], None
+        hooks.seal(body)
+    return body, loops, hooks if loops else None
+
+
+def bind_runtime(code: CodeType, runtime: object) -> CodeType:
+    """`code` with `runtime` in place of the `instrument.RUNTIME` constant, in it and in every
+    code object nested in it."""
+    consts = []
+    changed = False
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            bound = bind_runtime(const, runtime)
+            changed = changed or bound is not const
+            consts.append(bound)
+        elif type(const) is str and const == RUNTIME:
+            consts.append(runtime)
+            changed = True
+        else:
+            consts.append(const)
+    return code.replace(co_consts=tuple(consts)) if changed else code
+
+
+class _UnpairedError(Exception):
+    """The rewritten and the plain compilation do not nest the same code objects."""
+
+
+def pair_functions(
+    rewritten: CodeType, plain: CodeType, pairs: dict[int, tuple[CodeType, CodeType]]
+) -> None:
+    """Add to `pairs` each code object nested in `rewritten` that differs from its twin in
+    `plain` (same place, name, first line and variables), by id, with that twin."""
+    ours = [const for const in rewritten.co_consts if isinstance(const, CodeType)]
+    theirs = [const for const in plain.co_consts if isinstance(const, CodeType)]
+    if len(ours) != len(theirs):
+        raise _UnpairedError(rewritten.co_qualname)
+    for code, twin in zip(ours, theirs, strict=True):
+        if _shape(code) != _shape(twin):
+            raise _UnpairedError(code.co_qualname)
+        if code != twin:
+            pairs[id(code)] = (code, twin)
+            pair_functions(code, twin, pairs)
+
+
+def _shape(code: CodeType) -> tuple[Any, ...]:
+    """What a function's `__code__` may only be replaced by a code object that shares."""
+    return (
+        code.co_qualname,
+        code.co_firstlineno,
+        code.co_filename,
+        code.co_freevars,
+        code.co_cellvars,
+        code.co_argcount,
+        code.co_posonlyargcount,
+        code.co_kwonlyargcount,
+        code.co_varnames[: code.co_argcount + code.co_kwonlyargcount],
+        code.co_flags,
+    )
 
 
 def _single_name(node: ast.stmt) -> str | None:

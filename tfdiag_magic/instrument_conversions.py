@@ -5,7 +5,7 @@ functions it defines), the first argument of a call named ``convert_to_tensor`` 
 ``constant`` (``tf.convert_to_tensor(x[i:j])``, ``tf.constant(batch)``,
 ``keras.ops.convert_to_tensor(...)``) is passed through the loop runtime first:
 
-    tf.convert_to_tensor(ARG, ...)   ==>   tf.convert_to_tensor(_tfdiag_loops_.host(ARG), ...)
+    tf.convert_to_tensor(ARG, ...)   ==>   tf.convert_to_tensor(RUNTIME.host(ARG), ...)
 
 `host` adds a NumPy array's bytes to the next step's ``host_bytes`` and returns the value
 itself, so the call gets what it would have got; the argument is evaluated once, as written,
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 
-from .instrument import RUNTIME_NAME
+from .instrument import RUNTIME
 
 CONVERSIONS = frozenset({"convert_to_tensor", "constant"})
 
@@ -81,14 +81,10 @@ def _name_of(func: ast.expr) -> str | None:
 
 
 def _through_host(value: ast.expr) -> ast.expr:
-    call = ast.Call(
-        func=ast.Attribute(
-            value=ast.Name(id=RUNTIME_NAME, ctx=ast.Load()), attr="host", ctx=ast.Load()
-        ),
-        args=[value],
-        keywords=[],
-    )
-    return ast.fix_missing_locations(ast.copy_location(call, value))
+    """``RUNTIME.host(value)`` (the loop hooks' constant, as `instrument` places it)."""
+    runtime = ast.copy_location(ast.Constant(RUNTIME), value)
+    function = ast.copy_location(ast.Attribute(value=runtime, attr="host", ctx=ast.Load()), value)
+    return ast.copy_location(ast.Call(func=function, args=[value], keywords=[]), value)
 
 
 def mark_conversions(tree: ast.Module) -> int:

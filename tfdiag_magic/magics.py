@@ -99,7 +99,7 @@ class TFProfileMagics(Magics):
     @argument(
         "--no-loops",
         action="store_true",
-        help="do not record the iterations of the cell's own for/while loops",
+        help="do not record the iterations of the cell's for/while loops (its functions' too)",
     )
     @argument(
         "--memory-interval",
@@ -121,8 +121,10 @@ class TFProfileMagics(Magics):
 
         Steps come from Keras fit/evaluate/predict batches, ``*_on_batch`` calls, the cell's
         calls of tf.functions, eager optimizer updates (GradientTape loops), ``with step():``
-        markers (``from tfdiag_magic import step``), and the iterations of the cell's own
-        for/while loops, with the time spent waiting for their next item.
+        markers (``from tfdiag_magic import step``), and the iterations of the cell's
+        for/while loops (those of the functions and methods it defines too), with the time
+        spent waiting for their next item; ``next()`` on a tf.data iterator is timed wherever
+        the cell calls it.
 
         The report shows step counts per phase, steady-state step times, the time split
         (compute / data wait / other), memory, tf.function tracing, GC pauses and warnings.
@@ -241,6 +243,7 @@ class TFProfileMagics(Magics):
             namespace=self.shell.user_ns,
             label=label,
             filename=prepared.body.co_filename,
+            loop_hooks=prepared.hooks,
         )
 
     def _profile(

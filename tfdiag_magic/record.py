@@ -183,6 +183,7 @@ class LoopInfo:
     wait: float = 0.0  # time waiting for its items
     has_steps: bool = False  # a step (not a loop iteration) ran inside it
     rows_dropped: int = 0  # iterations counted but not kept as rows (see recorder)
+    function: str = ""  # qualified name of the function or method it is in; "": the top level
 
 
 @dataclass(slots=True)  # slots: a run keeps up to KERAS_CALLS_KEPT of them (see recorder)

@@ -106,11 +106,23 @@ class _Here(threading.local):
 class OpenLoop:
     """An iteration-tracking state for one loop of the cell while it runs."""
 
-    __slots__ = ("has_steps", "index", "loop_id", "open", "start", "totals", "wait")
+    __slots__ = (
+        "has_steps",
+        "index",
+        "loop_id",
+        "open",
+        "outer_wait",
+        "start",
+        "totals",
+        "wait",
+    )
 
-    def __init__(self, loop_id: int, totals: list[Any]) -> None:
+    def __init__(self, loop_id: int, totals: list[Any], outer_wait: float = NAN) -> None:
         self.loop_id = loop_id
         self.totals = totals  # the loop's [iterations, seconds, wait, dropped] in loop_totals
+        # The input wait no step had taken when the loop began: the next step's again if the
+        # loop ends without one (a helper's loop between a batch and its step).
+        self.outer_wait = outer_wait
         self.index = -1
         self.start = 0.0
         self.wait = 0.0
@@ -615,7 +627,7 @@ class Recorder:
         totals = self.loop_totals.get(loop_id)
         if totals is None:
             totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0]
-        state = OpenLoop(loop_id, totals)
+        state = OpenLoop(loop_id, totals, self.pending_wait)
         self.open_loops.append(state)
         return state
 
@@ -626,6 +638,16 @@ class Recorder:
             if state.loop_id == loop_id:
                 return state
         return self.begin_loop(loop_id)
+
+    def loop_advanced(self, now: float, wait: float) -> None:
+        """The code got its next item at `now` after waiting `wait` seconds, outside the
+        instrumented loops (a tf.data iterator stepped by hand: `probes.dataset_waits`); the
+        waits add up for the next step, as `next_item` adds a loop's."""
+        if self._step_since_item:
+            self.anchor = now
+            self._step_since_item = False
+        pending = self.pending_wait
+        self.pending_wait = wait if pending != pending else pending + wait
 
     def next_item(self, state: OpenLoop, before: float, after: float | None) -> None:
         """A loop of the cell asked for its next item at `before` and got it at `after`: the
@@ -696,14 +718,19 @@ class Recorder:
         self.pending_wait = wait if pending != pending else pending + wait
 
     def end_loop(self, loop_id: int) -> None:
+        """The loop's waits that no step took are dropped; a wait from before it began that
+        no step has taken since is the next step's again."""
         now = perf_counter()
+        wait = NAN
         for state in reversed(self.open_loops):
             if state.loop_id == loop_id:
                 if state.open:
                     self.next_item(state, now, None)
                 self.open_loops.remove(state)
+                if not state.has_steps:
+                    wait = state.outer_wait
                 break
-        self.pending_wait = NAN
+        self.pending_wait = wait
 
     def close_all_loops(self) -> None:
         now = perf_counter()

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import active
 from .probes import Probe
+from .probes.dataset_waits import DatasetWaitProbe
 from .probes.device_config import DeviceConfigProbe
 from .probes.gc_pauses import GCProbe
 from .probes.host_conversions import HostConversionProbe
@@ -31,7 +32,7 @@ from .probes.keras_calls import KerasProbe
 from .probes.keras_models import KerasModelProbe
 from .probes.learning import LearningProbe
 from .probes.logged_warnings import WarningsProbe
-from .probes.loops import LoopProbe
+from .probes.loops import LoopHooks, LoopProbe
 from .probes.memory import MemoryProbe
 from .probes.nvml_probe import NVMLProbe
 from .probes.optimizer_updates import OptimizerProbe
@@ -52,8 +53,9 @@ class SessionOptions:
 class Session:
     """A profiling run, used as a context manager around the code to profile.
 
-    `loops` are the loops of the code that `instrument.instrument_loops` rewrote, and
-    `namespace` the globals that code runs in (the loop runtime is bound there for the run).
+    `loops` are the loops of the code that `instrument.instrument_loops` rewrote and
+    `loop_hooks` what that code calls (`code_runner.PreparedCode.hooks`, activated for the
+    run); `namespace` is the globals the code runs in.
     """
 
     def __init__(
@@ -65,10 +67,12 @@ class Session:
         namespace: dict[str, Any] | None = None,
         label: str = "",
         filename: str | None = None,
+        loop_hooks: LoopHooks | None = None,
     ) -> None:
         self.options = options or SessionOptions()
         self.source = source
         self.loops = loops or []
+        self.loop_hooks = loop_hooks
         self.namespace = namespace
         # The filename the code was compiled under: memory samples and model builds record
         # the line of it that was running (None: the code's lines are not looked for).
@@ -115,10 +119,11 @@ class Session:
                 LearningProbe(),
                 DeviceConfigProbe(),
                 HostConversionProbe(),
+                DatasetWaitProbe(),
                 NVMLProbe(self.options.nvml_interval if self.options.nvml else None),
             ]
-            if self.namespace is not None and self.loops:
-                probes.append(LoopProbe(self.namespace))
+            if self.loop_hooks is not None:
+                probes.append(LoopProbe(self.loop_hooks, self.namespace))
             self._finishers = probes  # every probe writes its part of the record
             for probe in probes:
                 probe.install(rec)

@@ -45,9 +45,10 @@ class TimeSplit:
 
     wall: float
     compute: float  # inside steps, their tracing left out
-    data_wait: float  # waiting for the next item of the cell's loops
+    # waiting for the next item of the code's loops, and for tf.data iterators it steps itself
+    data_wait: float
     other: float  # everything else: Python between steps, setup, printing
-    data_wait_observable: bool  # waits were measured: the cell's own loops iterate data
+    data_wait_observable: bool  # waits were measured: the code's loops or iterators
     data_wait_note: str = ""  # what the data wait does not cover, when that matters
     tracing: float = 0.0  # building tf.function graphs (inside steps or not)
     callbacks: float = 0.0  # Keras callbacks around the batches
@@ -156,6 +157,10 @@ def time_split(record: Record) -> TimeSplit:
     callbacks = float(np.nansum(steps["callback_time"]))
     loop_waits = steps["data_wait"][is_loop]
     data_wait = float(np.nansum(loop_waits)) if loop_waits.size else 0.0
+    # next() on tf.data iterators outside the instrumented loops (a loop in an imported module,
+    # `next(iterator)` in a loop's body), timed by the dataset-wait probe.
+    iterator_wait = float(record.facts.get("iterator_wait_s", 0.0) or 0.0)
+    data_wait += iterator_wait
     if record.dropped is not None:
         # Rows a reduced table left out: their waits are exact; their time is counted as the
         # kept rows' is (overlaps, where an eager step holds function rows, shrink it alike).
@@ -165,18 +170,19 @@ def time_split(record: Record) -> TimeSplit:
         compute += left_out * (compute / kept if kept > 0 else 1.0)
         callbacks += record.dropped.total("callback_time")
     wall = float(record.wall_time)
-    observable = bool(is_loop.any())
+    observable = bool(is_loop.any()) or bool(record.facts.get("iterator_waits"))
     keras_steps = bool((steps["kind"] == Kind.KERAS).any())
     if keras_steps:
         note = (
             "Keras fit/evaluate/predict read their input inside each step, so its wait is in "
             "their step time"
-            + ("; data wait counts the cell's own loops only" if observable else "")
+            + ("; data wait counts the code's loops and tf.data iterators" if observable else "")
         )
     elif not observable:
         note = (
-            "not measured: no loop of the cell itself iterates the data (loops inside "
-            "functions are not instrumented)"
+            "not measured: no loop of the code and no tf.data iterator it steps itself gave a "
+            "wait (loops of functions defined outside the profiled code, e.g. in an imported "
+            "module or an earlier cell, are timed only where they iterate tf.data)"
         )
     else:
         note = ""

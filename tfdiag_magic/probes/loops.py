@@ -1,27 +1,34 @@
-"""Loop probe: the runtime that the instrumented loops of the cell call (see `instrument`).
+"""Loop probe: the runtime that the instrumented loops of the code call (see `instrument`).
 
 `iterate()` wraps the loop's iterator: each `next()` closes the previous iteration and times
 the wait for the next item, which becomes the iteration's data wait and the data wait of the
-first step inside it. The runtime is bound to a name among the builtins only for the run.
+first step inside it. The rewritten code calls a `LoopHooks` object held among its constants:
+during the run its entries are the runtime's, before and after they iterate plainly. The loops
+of functions call the guarded entries, which iterate plainly where the loop is no loop of the
+run's own thread (another thread, a tf.function being traced or called, a Keras call). When
+the run ends, every function made from the rewritten code gets its plain compilation back.
 """
 
 from __future__ import annotations
 
-import builtins
+import contextlib
+import gc
 import math
+import sys
+import threading
+import types
 from collections.abc import Iterable, Iterator
 from time import perf_counter
 from typing import Any
 
 import numpy as np
 
-from ..instrument import RUNTIME_NAME
 from ..record import Record
 from ..recorder import OpenLoop, Recorder
 from .dataset_structure import note_dataset
 
 NAN = math.nan
-_MISSING = object()
+get_ident = threading.get_ident
 
 
 class LoopIterator:
@@ -86,36 +93,198 @@ class LoopRuntime:
     def end(self, loop_id: int) -> None:
         self._rec.end_loop(loop_id)
 
+    # The loops of functions: the same, where the loop is the run's own (the guard holds for
+    # the whole of one run of a loop: it starts and ends in one frame, on one thread, and a
+    # tf.function or Keras call made in its body has returned before its next iteration).
+
+    def _elsewhere(self) -> bool:
+        """Another thread (tf.data's, a Keras worker's), or inside a tf.function (traced or run
+        eagerly) or a Keras fit/evaluate/predict: their steps are recorded as theirs."""
+        rec = self._rec
+        elsewhere = rec.top_function is not None or rec.driver_depth
+        return bool(elsewhere) or get_ident() != rec.thread_id
+
+    def iterate_guarded(self, iterable: Iterable[Any], loop_id: int) -> Iterator[Any]:
+        __tracebackhide__ = True
+        if self._elsewhere():
+            return iter(iterable)
+        return self.iterate(iterable, loop_id)
+
+    def tick_guarded(self, loop_id: int) -> None:
+        rec = self._rec
+        if rec.top_function is None and not rec.driver_depth and get_ident() == rec.thread_id:
+            self.tick(loop_id)
+
+    def end_guarded(self, loop_id: int) -> None:
+        if not self._elsewhere():
+            self.end(loop_id)
+
+
+def _iterate_plainly(iterable: Iterable[Any], loop_id: int) -> Iterator[Any]:
+    __tracebackhide__ = True
+    return iter(iterable)
+
+
+def _nothing(loop_id: int) -> None:
+    """Outside the run a loop records nothing."""
+
+
+def _value_itself(value: Any) -> Any:
+    """Outside the run a conversion's argument is passed on, unrecorded."""
+    return value
+
+
+class LoopHooks:
+    """What the rewritten code calls, held among its constants (never bound to a name).
+
+    During the run its entries are the `LoopRuntime`'s bound methods; otherwise they iterate
+    plainly and record nothing. `plain_code` maps each function code object of the rewritten
+    code that differs from the plain compilation (by id) to both: after the run, functions
+    made from the rewritten code get the plain one back (`make_functions_plain`).
+    """
+
+    __slots__ = (
+        "_code",
+        "_references",
+        "end",
+        "end_guarded",
+        "host",
+        "iterate",
+        "iterate_guarded",
+        "plain_code",
+        "tick",
+        "tick_guarded",
+    )
+
+    def __init__(self) -> None:
+        self.plain_code: dict[int, tuple[types.CodeType, types.CodeType]] = {}
+        self._code: types.CodeType | None = None
+        self._references: dict[int, int] = {}
+        self.deactivate()
+
+    def seal(self, code: types.CodeType) -> None:
+        """`plain_code` is complete for the rewritten module `code`: hold it (its constants
+        hold the top-level functions' code), and note how many references each rewritten code
+        object has while no function holds it (see `make_functions_plain`)."""
+        self._code = code
+        self._references = {key: sys.getrefcount(pair[0]) for key, pair in self.plain_code.items()}
+
+    def activate(self, runtime: LoopRuntime) -> None:
+        self.iterate, self.tick, self.end = runtime.iterate, runtime.tick, runtime.end
+        self.iterate_guarded = runtime.iterate_guarded
+        self.tick_guarded = runtime.tick_guarded
+        self.end_guarded = runtime.end_guarded
+        self.host = runtime.host
+
+    def deactivate(self) -> None:
+        self.iterate = self.iterate_guarded = _iterate_plainly
+        self.tick = self.tick_guarded = self.end = self.end_guarded = _nothing
+        self.host = _value_itself
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A function pickled by value (cloudpickle: joblib, Ray) takes idle hooks with it.
+        return (LoopHooks, ())
+
+    def __repr__(self) -> str:
+        return "<tfdiag_magic loop hooks>"
+
+    def _still_held(self) -> list[types.CodeType]:
+        """The rewritten code objects that something besides this code holds: a function, or
+        the frame of a call that has not returned (a thread's, a traceback's)."""
+        references = self._references
+        return [
+            pair[0]
+            for key, pair in self.plain_code.items()
+            if sys.getrefcount(pair[0]) > references.get(key, 0)
+        ]
+
+    def make_functions_plain(self, namespace: dict[str, Any] | None = None) -> None:
+        """Give every function whose code is one of the rewritten code objects the plain one.
+
+        The functions are looked for where they usually are (the `namespace`'s functions and
+        classes, what they wrap and close over); only if a rewritten code object is still held
+        by something else after that are all objects searched (the garbage collector's
+        referrers: a callback's attribute, a list, a thread's frame), 30-100 ms in a
+        TensorFlow process.
+        """
+        pairs = self.plain_code
+        if not pairs:
+            return
+        errors: list[BaseException] = []
+
+        def give_back(function: types.FunctionType) -> None:
+            pair = pairs.get(id(function.__code__))
+            if pair is not None and function.__code__ is pair[0]:
+                try:
+                    function.__code__ = pair[1]
+                except Exception as exc:  # left rewritten, with idle hooks: still plain Python
+                    errors.append(exc)
+
+        if namespace is not None and self._still_held():
+            for function in _usual_places(namespace):
+                give_back(function)
+        held = self._still_held()
+        if held:
+            for referrer in gc.get_referrers(*held):
+                if type(referrer) is types.FunctionType:
+                    give_back(referrer)
+        if errors:
+            raise errors[0]
+
+
+def _usual_places(namespace: dict[str, Any]) -> Iterator[types.FunctionType]:
+    """The functions of `namespace`, of the classes it defined, of what they decorate (the
+    original behind ``__wrapped__`` and in closures), and the methods, static and class
+    methods and properties of those classes."""
+    module = namespace.get("__name__")
+    pending = list(namespace.values())
+    seen: set[int] = set()
+    while pending:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if type(value) is types.FunctionType:
+            yield value
+            for cell in value.__closure__ or ():
+                with contextlib.suppress(ValueError):  # an empty cell
+                    pending.append(cell.cell_contents)
+            wrapped = value.__dict__.get("__wrapped__")
+            if wrapped is not None:
+                pending.append(wrapped)
+        elif isinstance(value, type):
+            if value.__module__ == module:  # the code's own classes, not an imported one's
+                pending.extend(vars(value).values())
+        elif isinstance(value, (staticmethod, classmethod, types.MethodType)):
+            pending.append(value.__func__)
+        elif isinstance(value, property):
+            pending.extend((value.fget, value.fset, value.fdel))
+
 
 class LoopProbe:
-    """Binds the loop runtime among the builtins the cell's namespace uses, and unbinds it after.
+    """Activates the hooks of the rewritten code for the run, and idles them after it.
 
-    Builtins, not the namespace itself: the instrumented code still finds the name (a global
-    lookup falls through to builtins), while the cell's ``globals()``, ``dir()`` and
-    ``vars()`` hold exactly what they would hold without the tool.
+    Nothing is bound among the user's globals or builtins: the code holds the hooks itself.
     """
 
     name = "loops"
 
-    def __init__(self, namespace: dict[str, Any]) -> None:
-        self._builtins = _builtins_of(namespace)
-        self._saved: Any = _MISSING
+    def __init__(self, hooks: LoopHooks, namespace: dict[str, Any] | None = None) -> None:
+        self._hooks = hooks
+        self._namespace = namespace
 
     def install(self, recorder: Recorder) -> None:
-        self._saved = self._builtins.get(RUNTIME_NAME, _MISSING)
-        self._builtins[RUNTIME_NAME] = LoopRuntime(recorder)
+        self._hooks.activate(LoopRuntime(recorder))
 
     def remove(self) -> None:
-        if self._saved is _MISSING:
-            self._builtins.pop(RUNTIME_NAME, None)
-        else:
-            self._builtins[RUNTIME_NAME] = self._saved
+        self._hooks.deactivate()
+        self._hooks.make_functions_plain(self._namespace)
 
     def finish(self, record: Record) -> None:
-        """Nothing left to add: the iterations are the recorder's loop rows and totals."""
-
-
-def _builtins_of(namespace: dict[str, Any]) -> dict[str, Any]:
-    """The builtins dict that code run with `namespace` as its globals looks names up in."""
-    found = namespace.get("__builtins__", builtins)
-    return found if isinstance(found, dict) else vars(found)
+        """The iterations are the recorder's loop rows and totals; a function's loop that
+        never ran an iteration is left out of the record's loops (the cell's own are kept)."""
+        record.loops = [
+            loop
+            for loop in record.loops
+            if not loop.function or loop.iterations or loop.rows_dropped
+        ]

@@ -107,6 +107,7 @@ class OpenLoop:
     """An iteration-tracking state for one loop of the cell while it runs."""
 
     __slots__ = (
+        "fetching",
         "has_steps",
         "index",
         "loop_id",
@@ -128,6 +129,7 @@ class OpenLoop:
         self.wait = 0.0
         self.open = False
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
+        self.fetching = False  # its iterator is being asked for the next item, timed as its wait
 
 
 class StepMark(NamedTuple):
@@ -660,6 +662,7 @@ class Recorder:
         these items: with gradient accumulation, one optimizer update follows several
         micro-batches, and its step holds all of them.
         """
+        state.fetching = False
         if state.open:
             state.open = False
             open_loops = self.open_loops

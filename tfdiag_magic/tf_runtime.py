@@ -41,10 +41,15 @@ def read_losses(values: list[Any]) -> list[float]:
     # them one by one).
     from tensorflow.python.ops import gen_array_ops
 
-    stacked = gen_array_ops.pack(values, axis=0).numpy()
-    if stacked.shape != (len(values),):  # not all scalars: the caller reads them one by one
+    # Padded to a power of two (with the last value): the op's kernel is made, and kept, for
+    # each count of values it stacks, so a count of its own at every read would cost a new
+    # kernel (milliseconds, and memory kept) each time; a few sizes cover every read.
+    count = len(values)
+    padded = 1 << max(count - 1, 0).bit_length()
+    stacked = gen_array_ops.pack(values + values[-1:] * (padded - count), axis=0).numpy()
+    if stacked.shape != (padded,):  # not all scalars: the caller reads them one by one
         raise ValueError("losses are not all scalars")
-    return stacked.astype(float).tolist()
+    return stacked[:count].astype(float).tolist()
 
 
 def global_seed() -> int | None:

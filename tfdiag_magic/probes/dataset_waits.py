@@ -6,7 +6,7 @@ of the cell, in a module the cell imports. ``next()`` on a tf.data iterator (and
 wait goes to the next step as the instrumented loops' waits do (`Recorder.loop_advanced`).
 
 Not timed where something else accounts for it: inside ``next()`` of an instrumented loop
-(the loop times that wait itself: the innermost open loop is between iterations then), inside
+(the loop times that wait itself: the innermost open loop is fetching its next item then), inside
 a step (a tf.function being called or traced, a ``step()`` block: the wait is in the step's
 own time), and inside Keras' fit/evaluate/predict (Keras reads its input inside each step).
 The waits timed outside the instrumented loops are the record's
@@ -84,7 +84,7 @@ def _timed_next(rec: Recorder, original: Any, here: threading.local, totals: _To
             rec.step_depth
             or rec.driver_depth
             or rec.top_function is not None
-            or (open_loops and not open_loops[-1].open)
+            or (open_loops and open_loops[-1].fetching)
         ):
             return original(self)
         before = clock()

@@ -51,14 +51,13 @@ class LoopIterator:
     def __next__(self) -> Any:
         __tracebackhide__ = True
         before = perf_counter()
+        self._state.fetching = True  # this wait is the loop's (see `probes.dataset_waits`)
         try:
             item = self._next()
         except BaseException:
             # Exhausted (or raising): the iteration that was open ends when the next item was
             # asked for, as it would had one come.
-            state = self._state
-            if state.open:
-                self._rec.next_item(state, before, None)
+            self._rec.next_item(self._state, before, None)
             raise
         self._rec.next_item(self._state, before, perf_counter())
         return item

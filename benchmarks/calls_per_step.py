@@ -1,7 +1,9 @@
 """Python calls the tool adds per training step, counted by cProfile: a count, not a time, so
 it does not move with a noisy neighbour.
 
-Run: ``.venv/bin/python benchmarks/calls_per_step.py`` (``--json`` for one line of JSON).
+Run: ``.venv/bin/python benchmarks/calls_per_step.py`` (``--json`` for one line of JSON;
+``--save PATH`` prints the table and also writes the JSON to PATH, which ``make bench`` hands to
+``hot_path.py`` for its "calls added" column).
 
 Two columns of added calls: the hot path alone (``--memory-interval 3600``: no memory sample
 falls inside the counted runs), which `tests/test_calls_per_step.py` holds at or under
@@ -121,6 +123,9 @@ def main() -> None:
     if "--json" in sys.argv:
         print(json.dumps(rows))
         return
+    if "--save" in sys.argv:
+        with open(sys.argv[sys.argv.index("--save") + 1], "w") as f:
+            json.dump(rows, f)
     print(f"calls per step (cProfile, builtins included; slope between {SHORT} and {LONG} steps)")
     print(f"{'workload':<20} {'plain':>9} {'profiled':>9} {'added':>7} {'+ samples':>10}")
     for name, row in rows.items():

@@ -10,14 +10,17 @@ draw, at a fraction of the cost.
 from __future__ import annotations
 
 import io
+import struct
+import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..record import PHASES, Phase
-from .dash_model import StepSeries
-from .downsample import minmax_columns, thin_points
+from .dash_model import StepSeries, WindowIndex
+from .downsample import column_extremes, minmax_columns, thin_points
 
 FOREGROUND = "#8a8a8a"  # text, ticks and frames: readable on white and on near-black
 GRID = "#8a8a8a"
@@ -79,10 +82,12 @@ def new_figure(height: float, rows: int = 1, ratios: tuple[int, ...] | None = No
     return fig, axes
 
 
-def add_legend(ax: Any) -> None:
-    handles, _labels = ax.get_legend_handles_labels()
+def add_legend(ax: Any, handles: list[Any] | None = None) -> None:
+    if handles is None:
+        handles, _labels = ax.get_legend_handles_labels()
     if handles:
         legend = ax.legend(
+            handles=handles,
             loc="lower left",
             bbox_to_anchor=(0.0, 1.0),
             fontsize=7,
@@ -126,97 +131,11 @@ def _log_ticks(ax: Any) -> None:
 
 def steps_png(series: StepSeries, lo: int, hi: int, options: StepPlotOptions) -> bytes | None:
     """Step time over steps lo..hi: raw and rolling median per phase, warm-up, epochs, waits."""
-    if series.count == 0:
-        return None
-    lo, hi = max(0, lo), min(series.count - 1, hi)
-    part = slice(lo, hi + 1)
-    x_all = np.arange(lo, hi + 1, dtype=np.float64)
-    waits = series.data_wait[part]
-    show_wait = options.data_wait and bool(np.any(~np.isnan(waits)))
-    if show_wait:
-        fig, (ax, ax_wait) = new_figure(3.4, rows=2, ratios=(3, 1))
-    else:
-        fig, (ax,) = new_figure(2.8)
-        ax_wait = None
-    phase = series.phase[part]
-    duration_ms = series.duration[part] * 1e3
-    rolling_ms = series.rolling[part] * 1e3
-    for name in series.phases:
-        if name not in options.phases:
-            continue
-        mine = np.flatnonzero(phase == Phase.of(name))
-        if not mine.size:
-            continue
-        color = PHASE_COLORS[name]
-        x = x_all[mine]
-        gap = max(1.5, 3.0 * (hi - lo + 1) / COLUMNS)
-        if options.raw:
-            px, py = _broken(*minmax_columns(x, duration_ms[mine], COLUMNS, lo, hi), gap)
-            ax.plot(
-                px,
-                py,
-                lw=0.6,
-                color=color,
-                alpha=0.55 if options.median else 0.9,
-                label=name,
-            )
-        if options.median:
-            px, py = _broken(*minmax_columns(x, rolling_ms[mine], COLUMNS, lo, hi), gap)
-            ax.plot(
-                px,
-                py,
-                lw=1.5,
-                color=color,
-                label=f"{name} median ({series.rolling_window})"
-                if options.raw
-                else f"{name} median",
-            )
-    if options.warmup:
-        warm = np.flatnonzero(series.warm[part] & np.isin(phase, _codes(options.phases)))
-        if warm.size:
-            keep = warm[thin_points(warm, MAX_MARKERS)]
-            ax.plot(
-                x_all[keep],
-                duration_ms[keep],
-                "o",
-                ms=2.6,
-                color=WARMUP_COLOR,
-                label="warm-up / traced",
-            )
-    if options.epochs:
-        bounds = series.epoch_bounds
-        bounds = bounds[(bounds >= lo) & (bounds <= hi)]
-        if 0 < bounds.size <= MAX_EPOCH_LINES:
-            for axis in (ax, ax_wait):
-                if axis is not None:
-                    axis.vlines(
-                        bounds,
-                        0,
-                        1,
-                        transform=axis.get_xaxis_transform(),
-                        color=EPOCH_COLOR,
-                        lw=0.6,
-                        ls="--",
-                        alpha=0.6,
-                    )
-    if use_log(options.log, duration_ms):
-        _log_ticks(ax)
-    ax.set_ylabel("step time (ms)")
-    ax.set_xlim(lo - 0.5, hi + 0.5)
-    if ax_wait is not None:
-        px, py = minmax_columns(x_all, waits * 1e3, COLUMNS, lo, hi)
-        ax_wait.fill_between(px, 0, py, color=WAIT_COLOR, alpha=0.5, lw=0, step="mid")
-        ax_wait.plot(px, py, color=WAIT_COLOR, lw=0.6)
-        ax_wait.set_ylabel("data wait (ms)")
-        ax_wait.set_ylim(bottom=0)
-        ax_wait.set_xlabel("step")
-        for label in ax.get_xticklabels():
-            label.set_visible(False)
-    else:
-        ax.set_xlabel("step")
-    add_legend(ax)
-    fix_layout(fig)
-    return png_bytes(fig)
+    figure = StepsFigure(WindowIndex(series), keep_warm=False)
+    try:
+        return figure.png(lo, hi, options)
+    finally:
+        figure.release()
 
 
 def use_log(log: bool | None, values: np.ndarray) -> bool:
@@ -338,3 +257,475 @@ def png_data_uri(png: bytes) -> str:
     import base64
 
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+# -- the Steps plot, kept between windows ---------------------------------------------------------
+
+# Figures kept drawn between windows, the most recently used last: each holds an RGBA buffer of
+# the plot (about 4 MiB) and a copy of its frame, so only a few dashboards keep theirs warm; a
+# dashboard whose figure was let go builds it again on its next window (about one render).
+MAX_WARM_FIGURES = 2
+MAX_BACKGROUNDS = 2  # frames (legends) kept per figure
+_warm_figures: OrderedDict[int, _LiveFigure] = OrderedDict()
+
+
+def encode_png(rgba: np.ndarray, level: int = 1) -> bytes:
+    """RGBA pixels (rows, columns, 4 bytes) as a PNG, quickly: every row filtered as the
+    difference from the row above (PNG's "Up"), then fast zlib.
+
+    Pillow chooses a filter for every row, which costs as much as drawing the plot; a plot's
+    rows mostly repeat the row above (background, bands, vertical lines), so "Up" alone packs
+    it well.
+    """
+    height, width, _ = rgba.shape
+    pixels = rgba.reshape(height, width * 4)
+    rows = np.empty((height, width * 4 + 1), dtype=np.uint8)
+    rows[:, 0] = 2  # filter type: Up
+    rows[0, 1:] = pixels[0]
+    np.subtract(pixels[1:], pixels[:-1], out=rows[1:, 1:])
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data)
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows, level))
+        + chunk(b"IEND", b"")
+    )
+
+
+class _LiveFigure:
+    """One figure of the Steps plot (with or without the data-wait panel), drawn by parts.
+
+    Every artist is made once and updated in place. The frame and legend are drawn once per
+    legend and kept as pixels; a window restores them and draws what changes (the artists
+    marked animated): ticks, tick labels, grid and the data.
+    """
+
+    def __init__(self, phases: list[str], with_wait: bool) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.collections import LineCollection
+
+        if with_wait:
+            fig, axes = new_figure(3.4, rows=2, ratios=(3, 1))
+            axes[0].tick_params(labelbottom=False)
+            axes[1].set_ylabel("data wait (ms)")
+            axes[1].set_xlabel("step")
+        else:
+            fig, axes = new_figure(2.8)
+            axes[0].set_xlabel("step")
+        ax = axes[0]
+        ax.set_ylabel("step time (ms)")
+        fix_layout(fig)
+        self.fig = fig
+        self.axes = axes
+        self.canvas = FigureCanvasAgg(fig)
+        self.log = False
+        self.labels_placed = False
+        self.backgrounds: OrderedDict[tuple, Any] = OrderedDict()
+        self.released = False
+        # The artists, in the order they are drawn (equal zorder: as added).
+        self.parts: dict[str, Any] = {}
+        for name in phases:
+            for kind in ("raw", "median"):
+                self.parts[f"{name}:{kind}:band"] = _band_patch(ax)
+                self.parts[f"{name}:{kind}:line"] = ax.plot([], [])[0]
+        self.parts["warm"] = ax.plot([], [], ls="", marker="o", ms=2.6, color=WARMUP_COLOR)[0]
+        for i, axis in enumerate(axes):
+            epochs = LineCollection(
+                [],
+                transform=axis.get_xaxis_transform(),
+                colors=EPOCH_COLOR,
+                linewidths=0.6,
+                linestyles="--",
+                alpha=0.6,
+            )
+            self.parts[f"epochs:{i}"] = axis.add_collection(epochs, autolim=False)
+        if with_wait:
+            ax_wait = axes[1]
+            self.parts["wait:fill"] = _band_patch(ax_wait, WAIT_COLOR, 0.5)
+            self.parts["wait:band"] = _band_patch(ax_wait, WAIT_COLOR, 1.0)
+            self.parts["wait:steps"] = _band_patch(ax_wait, WAIT_COLOR, 0.5, data=True)
+            self.parts["wait:line"] = ax_wait.plot([], [], color=WAIT_COLOR, lw=0.6)[0]
+        for artist in self.parts.values():
+            artist.set_animated(True)
+        for axis in axes:
+            axis.xaxis.set_animated(True)
+            axis.yaxis.set_animated(True)
+
+    def hide_all(self) -> None:
+        for artist in self.parts.values():
+            artist.set_visible(False)
+
+    def show(self, key: str) -> Any:
+        artist = self.parts[key]
+        artist.set_visible(True)
+        return artist
+
+    def set_log(self, log: bool) -> None:
+        if log != self.log:
+            if log:
+                _log_ticks(self.axes[0])
+            else:
+                self.axes[0].set_yscale("linear")
+            self.log = log
+
+    def render(self, legend: list[Any], key: tuple) -> bytes:
+        """Restore the frame with this legend (drawing it once), draw the animated parts."""
+        background = self.backgrounds.get(key)
+        if background is None:
+            old = self.axes[0].get_legend()
+            if old is not None:
+                old.remove()
+            add_legend(self.axes[0], legend)
+            self.canvas.draw()  # animated artists are left out: this is the frame alone
+            background = self.canvas.copy_from_bbox(self.fig.bbox)
+            self.backgrounds[key] = background
+            while len(self.backgrounds) > MAX_BACKGROUNDS:
+                self.backgrounds.popitem(last=False)
+        else:
+            self.backgrounds.move_to_end(key)
+            self.canvas.restore_region(background)
+        renderer = self.canvas.get_renderer()
+        for ax in self.axes:
+            # What Axes.draw does for these, in its order (by zorder, then as added).
+            changing = [a for a in ax.get_children() if a.get_animated() and a.get_visible()]
+            for artist in sorted(changing, key=lambda a: a.zorder):
+                artist.draw(renderer)
+        if not self.labels_placed:
+            self._place_labels(renderer)
+        return encode_png(np.asarray(self.canvas.buffer_rgba()))
+
+    def _place_labels(self, renderer: Any) -> None:
+        """Keep the axis labels where the first window put them (matplotlib would measure
+        every tick label of every window to place them), the y labels clear of tick labels
+        up to four characters wide."""
+        for ax in self.axes:
+            box = ax.get_window_extent(renderer)
+            x_label = ax.xaxis.label
+            _, y = ax.transAxes.inverted().transform(
+                x_label.get_transform().transform(x_label.get_position())
+            )
+            ax.xaxis.set_label_coords(0.5, y)
+            y_label = ax.yaxis.label
+            x, _ = y_label.get_transform().transform(y_label.get_position())
+            tick = ax.yaxis.get_major_ticks()[0] if ax.yaxis.get_major_ticks() else None
+            if tick is not None:
+                width, _h, _d = renderer.get_text_width_height_descent(
+                    "0.00", tick.label1.get_fontproperties(), ismath=False
+                )
+                points = tick.get_tick_padding() + tick.get_pad() + ax.yaxis.labelpad
+                x = min(x, box.x0 - width - points * self.fig.dpi / 72)
+            ax.yaxis.set_label_coords((x - box.x0) / box.width, 0.5)
+        self.labels_placed = True
+
+    def release(self) -> None:
+        self.backgrounds.clear()
+        self.parts.clear()
+        self.fig = self.canvas = None  # type: ignore[assignment]
+        self.axes = []
+        self.released = True
+
+
+class StepsFigure:
+    """The Steps plot of one series, for window after window: `png(lo, hi, options)`.
+
+    The figure stays between windows (its axes, ticks, artists and legend are not built
+    again), each phase's rows come from the `WindowIndex` as slices, long series are thinned
+    per pixel column by binary search (`column_extremes`) rather than a pass over every step,
+    and dense series are drawn as a band per column: from the column's smallest to its largest
+    value (joined to the previous column's last), which is what a line through every point
+    rasterises to, at a fraction of the cost of stroking thousands of segments. Windows with
+    fewer steps than the plot has pixel columns draw their points as lines.
+    """
+
+    def __init__(self, index: WindowIndex, keep_warm: bool = True) -> None:
+        series = index.series
+        self.index = index
+        self.series = series
+        self.keep_warm = keep_warm
+        self.rolling = {name: series.rolling[rows.pos] for name, rows in index.phases.items()}
+        self.warm_at = np.flatnonzero(series.warm)
+        self.wait_at = np.flatnonzero(~np.isnan(series.data_wait))
+        self.waits = series.data_wait[self.wait_at]
+        self._figures: dict[bool, _LiveFigure] = {}
+
+    def _live(self, with_wait: bool) -> _LiveFigure:
+        live = self._figures.get(with_wait)
+        if live is None or live.released:
+            live = self._figures[with_wait] = _LiveFigure(self.series.phases, with_wait)
+        if self.keep_warm:
+            _warm_figures.pop(id(live), None)
+            _warm_figures[id(live)] = live
+            while len(_warm_figures) > MAX_WARM_FIGURES:
+                _key, oldest = _warm_figures.popitem(last=False)
+                oldest.release()
+        return live
+
+    def release(self) -> None:
+        """Let the figures go (a later `png` builds them again)."""
+        for live in self._figures.values():
+            _warm_figures.pop(id(live), None)
+            live.release()
+        self._figures.clear()
+
+    def png(self, lo: int, hi: int, options: StepPlotOptions) -> bytes | None:
+        series = self.series
+        if series.count == 0:
+            return None
+        lo, hi = max(0, int(lo)), min(series.count - 1, int(hi))
+        wa, wb = (int(i) for i in np.searchsorted(self.wait_at, (lo, hi + 1)))
+        show_wait = options.data_wait and wb > wa
+        live = self._live(show_wait)
+        live.hide_all()
+        ax = live.axes[0]
+        ax.set_xlim(lo - 0.5, hi + 0.5)
+        gap = max(1.5, 3.0 * (hi - lo + 1) / COLUMNS)
+        log = options.log
+        if log is None:  # chosen from the data in the window (the static report's plot)
+            log = use_log(None, series.duration[lo : hi + 1] * 1e3)
+        live.set_log(log)
+        legend: list[Any] = []
+        bands: list[tuple[Any, _Columns, float]] = []
+        extent = _Extent()
+        for name in series.phases:
+            if name not in options.phases:
+                continue
+            rows = self.index.phases[name]
+            a, b = rows.rows_in(lo, hi)
+            if b <= a:
+                continue
+            x = rows.pos[a:b]
+            drawn = []
+            if options.raw:
+                alpha = 0.55 if options.median else 0.9
+                drawn.append(("raw", rows.duration[a:b], 0.6, alpha, name))
+            if options.median:
+                label = f"{name} median"
+                if options.raw:
+                    label += f" ({series.rolling_window})"
+                drawn.append(("median", self.rolling[name][a:b], 1.5, 1.0, label))
+            for kind, values, lw, alpha, label in drawn:
+                style = {"lw": lw, "color": PHASE_COLORS[name], "alpha": alpha}
+                if x.size > COLUMNS:
+                    columns = _Columns.of(x, values, lo, hi, gap, scale=1e3)
+                    extent.add(columns.low, columns.high)
+                    band = live.show(f"{name}:{kind}:band")
+                    band.set_facecolor(style["color"])
+                    band.set_alpha(alpha)
+                    bands.append((band, columns, lw))
+                else:
+                    y = values * 1e3
+                    line = live.show(f"{name}:{kind}:line")
+                    line.set_data(*_broken(x.astype(np.float64), y, gap))
+                    line.set(**style)
+                    extent.add(y, y)
+                legend.append(_proxy(label, style))
+        if options.warmup:
+            a, b = np.searchsorted(self.warm_at, (lo, hi + 1))
+            warm = self.warm_at[a:b]
+            warm = warm[np.isin(series.phase[warm], _codes(options.phases))]
+            if warm.size:
+                keep = warm[thin_points(warm, MAX_MARKERS)]
+                y = series.duration[keep] * 1e3
+                live.show("warm").set_data(keep.astype(np.float64), y)
+                extent.add(y, y)
+                legend.append(
+                    _proxy(
+                        "warm-up / traced",
+                        {"ls": "", "marker": "o", "ms": 2.6, "color": WARMUP_COLOR},
+                    )
+                )
+        if options.epochs:
+            bounds = series.epoch_bounds
+            bounds = bounds[(bounds >= lo) & (bounds <= hi)]
+            if 0 < bounds.size <= MAX_EPOCH_LINES:
+                segments = np.zeros((bounds.size, 2, 2))
+                segments[:, :, 0] = bounds[:, None]
+                segments[:, 1, 1] = 1.0
+                for i in range(len(live.axes)):
+                    live.show(f"epochs:{i}").set_segments(segments)
+        extent.apply(ax, log)
+        if show_wait:
+            self._waits(live, live.axes[1], wa, wb, lo, hi, gap)
+        for patch, columns, lw in bands:
+            patch.set_path(columns.path(ax, lo, hi, pad=_pad(ax, lw)))
+        return live.render(legend, tuple(_legend_key(h) for h in legend))
+
+    def _waits(
+        self, live: _LiveFigure, ax: Any, wa: int, wb: int, lo: int, hi: int, gap: float
+    ) -> None:
+        """The data-wait panel: the waits filled from zero, with their line on top."""
+        from matplotlib.path import Path
+
+        x = self.wait_at[wa:wb]
+        waits = self.waits[wa:wb]
+        extent = _Extent()
+        if x.size > COLUMNS:
+            columns = _Columns.of(x, waits, lo, hi, gap, scale=1e3)
+            extent.add(np.zeros(1), columns.high)
+            extent.apply(ax, False, bottom=0.0)
+            live.show("wait:fill").set_path(columns.path(ax, lo, hi, pad=0.0, floor=0.0))
+            band = live.show("wait:band")
+            band.set_path(columns.path(ax, lo, hi, pad=_pad(ax, 0.6)))
+        else:
+            px, py = x.astype(np.float64), waits * 1e3
+            extent.add(np.zeros(1), py)
+            extent.apply(ax, False, bottom=0.0)
+            # fill_between(px, 0, py, step="mid"): steps at the midpoints, down to zero.
+            sx = np.empty(2 * px.size)
+            sx[0], sx[-1] = px[0], px[-1]
+            sx[1:-1:2] = sx[2::2] = (px[:-1] + px[1:]) / 2
+            sy = np.repeat(py, 2)
+            outline = np.concatenate(
+                (np.column_stack((sx, sy)), [[sx[-1], 0.0], [sx[0], 0.0], [sx[0], sy[0]]])
+            )
+            live.show("wait:steps").set_path(Path(outline, closed=True))
+            live.show("wait:line").set_data(px, py)
+
+
+def _pad(ax: Any, lw: float) -> float:
+    """Half a line's width, in pixels."""
+    return lw * ax.get_figure().dpi / 72.0 / 2.0
+
+
+def _proxy(label: str, style: dict[str, Any]) -> Any:
+    """A legend entry drawn like a series (the series itself may be a band)."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], label=label, **style)
+
+
+def _legend_key(handle: Any) -> tuple:
+    return (
+        handle.get_label(),
+        handle.get_color(),
+        handle.get_linewidth(),
+        handle.get_alpha(),
+        handle.get_marker(),
+        handle.get_linestyle(),
+    )
+
+
+def _band_patch(ax: Any, color: str = "none", alpha: float = 1.0, data: bool = False) -> Any:
+    """A filled path for a band: in pixels (made once the limits are known), or in data."""
+    from matplotlib.patches import PathPatch
+    from matplotlib.path import Path
+    from matplotlib.transforms import IdentityTransform
+
+    patch = PathPatch(
+        Path(np.zeros((0, 2))),
+        transform=ax.transData if data else IdentityTransform(),
+        facecolor=color,
+        edgecolor="none",
+        alpha=alpha,
+        lw=0,
+        zorder=2,  # a line's: the bands stack with lines and markers in the order drawn
+    )
+    ax.add_artist(patch)  # not add_patch: a band's vertices are no data limits
+    return patch
+
+
+class _Extent:
+    """The y range of what a window draws, to scale the axis as autoscaling would."""
+
+    def __init__(self) -> None:
+        self.low = np.inf
+        self.high = -np.inf
+        self.positive = np.inf  # smallest positive value: a log axis starts there
+
+    def add(self, lows: np.ndarray, highs: np.ndarray) -> None:
+        if lows.size:
+            self.low = min(self.low, float(lows.min()))
+            positive = lows[lows > 0]
+            if positive.size:
+                self.positive = min(self.positive, float(positive.min()))
+        if highs.size:
+            self.high = max(self.high, float(highs.max()))
+            if self.high > 0:
+                self.positive = min(self.positive, float(highs[highs > 0].min()))
+
+    def apply(self, ax: Any, log: bool, bottom: float | None = None) -> None:
+        """Matplotlib's autoscaling (margins, log axis) from these limits; then fixed."""
+        if not np.isfinite(self.low):
+            ax.set_ylim((1.0, 10.0) if log else (0.0, 1.0))
+            return
+        points = [[0.0, self.low], [0.0, self.high]]
+        if np.isfinite(self.positive):
+            points.append([0.0, self.positive])
+        ax.ignore_existing_data_limits = True
+        ax.update_datalim(points, updatex=False)
+        ax.set_autoscaley_on(True)
+        ax.autoscale_view(scalex=False)
+        ax.set_ylim(ax.get_ylim() if bottom is None else (bottom, ax.get_ylim()[1]))
+
+
+@dataclass
+class _Columns:
+    """A dense series per pixel column: where each column begins and ends, its extremes, and
+    where a gap in the steps breaks the band."""
+
+    first_x: np.ndarray
+    last_x: np.ndarray
+    low: np.ndarray  # the column's extremes, joined to the previous column's last value
+    high: np.ndarray
+    starts_band: np.ndarray  # bool: a new band begins at this column
+
+    @classmethod
+    def of(
+        cls, x: np.ndarray, y: np.ndarray, lo: int, hi: int, gap: float, scale: float
+    ) -> _Columns:
+        """The columns of (x, y * scale), scaled after thinning: scaling keeps the order."""
+        first_x, _first_y, last_x, last_y, low, high = column_extremes(x, y, COLUMNS, lo, hi)
+        last_y, low, high = last_y * scale, low * scale, high * scale
+        starts_band = np.ones(first_x.size, dtype=bool)
+        starts_band[1:] = (first_x[1:] - last_x[:-1]) > gap
+        joined = ~starts_band
+        joined_at = np.flatnonzero(joined)
+        low[joined_at] = np.minimum(low[joined_at], last_y[joined_at - 1])
+        high[joined_at] = np.maximum(high[joined_at], last_y[joined_at - 1])
+        return cls(first_x, last_x, low, high, starts_band)
+
+    def path(self, ax: Any, lo: int, hi: int, pad: float, floor: float | None = None) -> Any:
+        """The bands as one path in pixels: each column a step from its left to its right edge,
+        `pad` pixels beyond its extremes (half a line's width); from `floor` up, if given."""
+        from matplotlib.path import Path
+
+        n = self.first_x.size
+        if n == 0:
+            return Path(np.zeros((0, 2)))
+        scale = COLUMNS / max(hi - lo, 1e-12)  # the columns of `column_extremes`
+        column = np.clip(((self.first_x - lo) * scale).astype(np.int64), 0, COLUMNS - 1)
+        left = np.minimum(lo + column / scale, self.first_x)
+        right = np.maximum(lo + (column + 1) / scale, self.last_x)
+        to_pixels = ax.transData.transform
+        top_left = to_pixels(np.column_stack((left, self.high)))
+        bottom_right = to_pixels(
+            np.column_stack((right, np.full(n, floor) if floor is not None else self.low))
+        )
+        x0, x1 = top_left[:, 0], bottom_right[:, 0]
+        top, bottom = top_left[:, 1] + pad, bottom_right[:, 1] - pad
+        # Band b holds columns s..e-1: its outline is the tops left to right, the bottoms right to
+        # left, closed: 4 vertices a column and one to close.
+        band = np.cumsum(self.starts_band) - 1
+        band_start = np.flatnonzero(self.starts_band)
+        band_len = np.diff(np.append(band_start, n))
+        base = np.concatenate(([0], np.cumsum(4 * band_len + 1)[:-1]))
+        k = np.arange(n) - band_start[band]  # place within its band
+        m = band_len[band]
+        b0 = base[band]
+        vertices = np.empty((int(base[-1] + 4 * band_len[-1] + 1), 2))
+        codes = np.full(vertices.shape[0], Path.LINETO, dtype=Path.code_type)
+        vertices[b0 + 2 * k] = np.column_stack((x0, top))
+        vertices[b0 + 2 * k + 1] = np.column_stack((x1, top))
+        back = b0 + 2 * m + 2 * (m - 1 - k)
+        vertices[back] = np.column_stack((x1, bottom))
+        vertices[back + 1] = np.column_stack((x0, bottom))
+        ends = base + 4 * band_len
+        vertices[ends] = vertices[base]
+        codes[base] = Path.MOVETO
+        codes[ends] = Path.CLOSEPOLY
+        return Path(vertices, codes)

@@ -26,8 +26,8 @@ from ..record import PHASES
 from ..result import ProfileResult
 from ..units import rate, seconds, size
 from .dash_findings import finding_html, sorted_findings
-from .dash_model import step_series, window_stats
-from .dash_plots import StepPlotOptions, gpu_png, memory_png, steps_png, use_log
+from .dash_model import WindowIndex, step_series
+from .dash_plots import StepPlotOptions, StepsFigure, gpu_png, memory_png, use_log
 from .dash_table import csv_text, data_link, table_html
 from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
 from .html import (
@@ -90,6 +90,8 @@ class Dashboard:
         self.record = record
         self.report = report if report is not None else result.report()
         self.series = series = step_series(record)
+        self.index = WindowIndex(series)  # a window's statistics without a pass over the run
+        self.steps_figure = StepsFigure(self.index)  # the Steps plot, kept between windows
         self._widgets: list[Any] = []
         self.closed = False
         self.shows = _content_of(result)
@@ -264,14 +266,14 @@ class Dashboard:
 
     def _update_window(self) -> None:
         lo, hi = self._range()
-        self.stats = window_stats(self.series, lo, hi)
+        self.stats = self.index.stats(lo, hi)
         self.window.value = _window_html(self.series, self.stats)
 
     def _draw(self, name: str) -> None:
         lo, hi = self._range()
         series = self.series
         if name == "steps":
-            png = steps_png(series, lo, hi, self.options)
+            png = self.steps_figure.png(lo, hi, self.options)
             self._show(self.steps_image, self.steps_note, png, "<p>No steps were recorded.</p>")
             if png and not np.any(~np.isnan(series.data_wait)):
                 self.steps_note.value = self._wrap(
@@ -372,6 +374,7 @@ class Dashboard:
             widget.close()
         self._widgets.clear()
         self.plots.clear()
+        self.steps_figure.release()
         self.closed = True
         _open_dashboards.pop(id(self), None)
 

@@ -324,7 +324,6 @@ class _LiveFigure:
         self.axes = axes
         self.canvas = FigureCanvasAgg(fig)
         self.log = False
-        self.labels_placed = False
         self.backgrounds: OrderedDict[tuple, Any] = OrderedDict()
         self.released = False
         # The artists, in the order they are drawn (equal zorder: as added).
@@ -355,6 +354,7 @@ class _LiveFigure:
         for axis in axes:
             axis.xaxis.set_animated(True)
             axis.yaxis.set_animated(True)
+        self._place_labels()
 
     def hide_all(self) -> None:
         for artist in self.parts.values():
@@ -389,38 +389,47 @@ class _LiveFigure:
         else:
             self.backgrounds.move_to_end(key)
             self.canvas.restore_region(background)
+        self._clear_y_labels()
         renderer = self.canvas.get_renderer()
         for ax in self.axes:
             # What Axes.draw does for these, in its order (by zorder, then as added).
             changing = [a for a in ax.get_children() if a.get_animated() and a.get_visible()]
             for artist in sorted(changing, key=lambda a: a.zorder):
                 artist.draw(renderer)
-        if not self.labels_placed:
-            self._place_labels(renderer)
         return encode_png(np.asarray(self.canvas.buffer_rgba()))
 
-    def _place_labels(self, renderer: Any) -> None:
-        """Keep the axis labels where the first window put them (matplotlib would measure
-        every tick label of every window to place them), the y labels clear of tick labels
-        up to four characters wide."""
+    def _place_labels(self) -> None:
+        """Put the x axis labels below one line of tick labels, the y labels clear of tick
+        labels four characters wide (`_clear_y_labels` moves them for wider ones). Left to
+        itself, matplotlib measures every tick label of every window to place them."""
+        renderer = self.canvas.get_renderer()
         for ax in self.axes:
-            box = ax.get_window_extent(renderer)
-            x_label = ax.xaxis.label
-            _, y = ax.transAxes.inverted().transform(
-                x_label.get_transform().transform(x_label.get_position())
-            )
-            ax.xaxis.set_label_coords(0.5, y)
-            y_label = ax.yaxis.label
-            x, _ = y_label.get_transform().transform(y_label.get_position())
-            tick = ax.yaxis.get_major_ticks()[0] if ax.yaxis.get_major_ticks() else None
-            if tick is not None:
-                width, _h, _d = renderer.get_text_width_height_descent(
-                    "0.00", tick.label1.get_fontproperties(), ismath=False
-                )
-                points = tick.get_tick_padding() + tick.get_pad() + ax.yaxis.labelpad
-                x = min(x, box.x0 - width - points * self.fig.dpi / 72)
-            ax.yaxis.set_label_coords((x - box.x0) / box.width, 0.5)
-        self.labels_placed = True
+            tick = ax.xaxis.get_major_ticks()[0]
+            font = tick.label1.get_fontproperties()
+            _w, height, _d = renderer.get_text_width_height_descent("lp", font, False)
+            away = self._away(ax.xaxis) + height
+            ax.xaxis.set_label_coords(0.5, -away / ax.get_window_extent(renderer).height)
+        self._clear_y_labels()
+
+    def _away(self, axis: Any) -> float:
+        """Pixels from the spine to the far side of the tick marks, the pads and the label pad."""
+        tick = axis.get_major_ticks()[0]
+        return (tick.get_tick_padding() + tick.get_pad() + axis.labelpad) * self.fig.dpi / 72
+
+    def _clear_y_labels(self) -> None:
+        renderer = self.canvas.get_renderer()
+        for ax in self.axes:
+            axis = ax.yaxis
+            widest = "0.00"
+            locs = axis.get_majorticklocs()
+            lo, hi = sorted(ax.get_ylim())
+            shown = [v for v in locs if lo <= v <= hi]
+            texts = axis.get_major_formatter().format_ticks(shown) if shown else []
+            widest = max([widest, *texts], key=len)
+            font = axis.get_major_ticks()[0].label1.get_fontproperties()
+            width, _h, _d = renderer.get_text_width_height_descent(widest, font, False)
+            away = self._away(axis) + width
+            axis.set_label_coords(-away / ax.get_window_extent(renderer).width, 0.5)
 
     def release(self) -> None:
         self.backgrounds.clear()

@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 from tests.helpers import profiled
-from tfdiag_magic.views import dash_model, dash_plots
+from tfdiag_magic.views import dash_figures, dash_model
+from tfdiag_magic.views.dash_figures import StepsFigure, encode_png, steps_png
 from tfdiag_magic.views.dash_model import WindowIndex, step_series, window_stats
-from tfdiag_magic.views.dash_plots import StepPlotOptions, StepsFigure, encode_png, steps_png
+from tfdiag_magic.views.dash_plots import StepPlotOptions
 from tfdiag_magic.views.dashboard import Dashboard
 from tfdiag_magic.views.downsample import column_extremes, minmax_columns
 
@@ -156,16 +157,16 @@ def test_a_kept_figure_draws_what_a_fresh_one_draws_whatever_came_before():
 def test_kept_figures_stay_few_and_one_let_go_is_built_again():
     series = step_series(synthetic_record(5_000))
     options = StepPlotOptions(phases=set(series.phases), log=True)
-    figures = [StepsFigure(WindowIndex(series)) for _ in range(dash_plots.MAX_WARM_FIGURES + 2)]
+    figures = [StepsFigure(WindowIndex(series)) for _ in range(dash_figures.MAX_WARM_FIGURES + 2)]
     try:
         pictures = [f.png(100, 4000, options) for f in figures]
-        assert len(dash_plots._warm_figures) <= dash_plots.MAX_WARM_FIGURES
+        assert len(dash_figures._warm_figures) <= dash_figures.MAX_WARM_FIGURES
         assert all(live.released for live in figures[0]._figures.values())
         assert figures[0].png(100, 4000, options) == pictures[0]
     finally:
         for f in figures:
             f.release()
-    assert not any(id(live) in dash_plots._warm_figures for f in figures for live in f._figures)
+    assert not any(id(live) in dash_figures._warm_figures for f in figures for live in f._figures)
 
 
 class _Counting:
@@ -201,7 +202,7 @@ def test_a_window_change_builds_no_figure_and_never_sorts_or_thins_the_whole_run
             counting.watch(np, name, name)
         counting.watch(Figure, "__init__", "Figure")
         counting.watch(Axes, "__init__", "Axes")
-        counting.watch(dash_plots, "minmax_columns", "minmax_columns")
+        counting.watch(dash_figures, "minmax_columns", "minmax_columns")
         counting.watch(dash_model, "window_stats", "window_stats")
         counting.watch(dash_model, "step_numbers", "step_numbers")
         before = dashboard.steps_image.value
@@ -236,5 +237,68 @@ def test_the_dashboard_shows_the_static_reports_picture_of_its_window():
         expected = steps_png(dashboard.series, 1234, 15_000, dashboard.options)
         assert bytes(dashboard.steps_image.value) == expected
         assert dashboard.stats == window_stats(dashboard.series, 1234, 15_000)
+    finally:
+        dashboard.close()
+
+
+def _with_gpus(steps: int) -> object:
+    """A synthetic run with two GPUs: NVML samples, TensorFlow's device memory, CPU tensors."""
+    from dataclasses import replace
+
+    record = synthetic_record(steps)
+    rng = np.random.default_rng(11)
+    end = float(record.steps["start"][-1])
+    times = np.sort(rng.random(steps // 20) * end)
+    nvml = {"time": times}
+    for device in ("gpu0", "gpu1"):
+        nvml[f"{device}:util"] = rng.random(times.size) * 100
+        nvml[f"{device}:mem_used"] = (2 + rng.random(times.size)) * 2**30
+        nvml[f"{device}:power_w"] = 80 + rng.random(times.size) * 200
+    nvml["gpu1:util"][::7] = np.nan  # samples that could not be read
+    samples = record.memory["rss"].size
+    memory = {
+        **record.memory,
+        "cpu_tensors": np.arange(samples, dtype=np.int64) << 16,
+        "gpu:GPU:0:current": (np.arange(samples, dtype=np.int64) << 18) + 2**30,
+    }
+    return replace(record, nvml=nvml, memory=memory)
+
+
+def test_memory_and_gpu_plots_kept_draw_what_fresh_ones_draw():
+    from tfdiag_magic.views.dash_figures import GpuFigure, MemoryFigure, gpu_png, memory_png
+
+    series = step_series(_with_gpus(20_000))
+    last = series.count - 1
+    windows_seen = [(0, last), (300, 900), (5000, 5003), (12_000, last), (7, 7)]
+    memory, gpu = MemoryFigure(series), GpuFigure(series)
+    try:
+        kept = [(memory.png(lo, hi), gpu.png(lo, hi)) for lo, hi in windows_seen]
+        again = [(memory.png(lo, hi), gpu.png(lo, hi)) for lo, hi in reversed(windows_seen)]
+    finally:
+        memory.release()
+        gpu.release()
+    fresh = [(memory_png(series, lo, hi), gpu_png(series, lo, hi)) for lo, hi in windows_seen]
+    assert all(m.startswith(PNG_MAGIC) and g.startswith(PNG_MAGIC) for m, g in kept)
+    assert len({m for m, _ in kept}) == len(windows_seen)
+    assert len({g for _, g in kept}) == 3  # windows with fewer than 2 samples show them all
+    assert kept == again[::-1] == fresh
+
+
+def test_a_window_change_on_the_memory_and_gpu_tabs_builds_no_figure(monkeypatch):
+    from matplotlib.figure import Figure
+
+    from tfdiag_magic.result import ProfileResult
+
+    dashboard = Dashboard(ProfileResult(label="gpus", record=_with_gpus(20_000)))
+    try:
+        counting = _Counting(monkeypatch)
+        counting.watch(Figure, "__init__", "Figure")
+        for tab in ("Memory", "GPU"):
+            dashboard.tab.selected_index = dashboard.titles.index(tab)
+            image = dashboard.memory_image if tab == "Memory" else dashboard.gpu_image
+            before = image.value
+            dashboard.slider.value = (1000, 9000) if tab == "Memory" else (2000, 15_000)
+            assert image.value != before and bytes(image.value).startswith(PNG_MAGIC), tab
+        assert counting.calls["Figure"] == 0
     finally:
         dashboard.close()

@@ -691,8 +691,7 @@ class _Extent:
         points = [[0.0, self.low], [0.0, self.high]]
         if np.isfinite(self.positive):
             points.append([0.0, self.positive])
-        ax.ignore_existing_data_limits = True
-        ax.update_datalim(points, updatex=False)
+        ax.dataLim.update_from_data_xy(np.array(points), ignore=True, updatex=False)
         ax.set_autoscaley_on(True)
         ax.autoscale_view(scalex=False)
         ax.set_ylim(ax.get_ylim() if bottom is None else (bottom, ax.get_ylim()[1]))

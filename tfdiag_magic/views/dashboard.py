@@ -277,11 +277,10 @@ class Dashboard:
 
     def _draw(self, name: str) -> None:
         lo, hi = self._range()
-        series = self.series
         if name == "steps":
             png = self.steps_figure.png(lo, hi, self.options)
             self._show(self.steps_image, self.steps_note, png, "<p>No steps were recorded.</p>")
-            if png and not np.any(~np.isnan(series.data_wait)):
+            if png and not self.steps_figure.wait_at.size:  # no input wait was seen
                 self.steps_note.value = self._wrap(
                     '<p class="muted">Data wait: '
                     f"{escape(self.report['time_split'].get('data_wait_note') or 'not measured')}"

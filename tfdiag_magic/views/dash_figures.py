@@ -17,6 +17,7 @@ plot has pixel columns draws its points as lines.
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections import OrderedDict
@@ -98,6 +99,7 @@ class _KeptFigure:
         self.canvas = FigureCanvasAgg(fig)
         self.parts: dict[str, Any] = {}  # in the order they are drawn (equal zorder: as added)
         self.legends: OrderedDict[tuple, Any] = OrderedDict()
+        self.widths: dict[str, float] = {}  # pixels of tick labels, by text
         self.released = False
 
     def keep(self, key: str, artist: Any) -> Any:
@@ -184,10 +186,15 @@ class _KeptFigure:
             shown = [v for v in axis.get_majorticklocs() if low <= v <= high]
             texts = axis.get_major_formatter().format_ticks(shown) if shown else []
             widest = max(["0.00", *texts], key=len)
-            font = axis.get_major_ticks()[0].label1.get_fontproperties()
-            width, _h, _d = renderer.get_text_width_height_descent(widest, font, False)
+            width = self.widths.get(widest)
+            if width is None:
+                font = axis.get_major_ticks()[0].label1.get_fontproperties()
+                width, _h, _d = renderer.get_text_width_height_descent(widest, font, False)
+                self.widths[widest] = width
             away = self._away(axis) + width
-            axis.set_label_coords(-away / ax.get_window_extent(renderer).width, 0.5)
+            coords = (-away / ax.get_window_extent(renderer).width, 0.5)
+            if axis.label.get_position() != coords:
+                axis.set_label_coords(*coords)
 
     def release(self) -> None:
         self.legends.clear()
@@ -626,11 +633,16 @@ def _pad(ax: Any, lw: float) -> float:
     return lw * ax.get_figure().dpi / 72.0 / 2.0
 
 
-def _proxy(label: str, style: dict[str, Any]) -> Any:
-    """A legend entry drawn like a series (the series itself may be a band)."""
+@functools.lru_cache(maxsize=64)
+def _proxy_of(label: str, style: tuple[tuple[str, Any], ...]) -> Any:
     from matplotlib.lines import Line2D
 
-    return Line2D([], [], label=label, **style)
+    return Line2D([], [], label=label, **dict(style))
+
+
+def _proxy(label: str, style: dict[str, Any]) -> Any:
+    """A legend entry drawn like a series (the series itself may be a band)."""
+    return _proxy_of(label, tuple(sorted(style.items())))
 
 
 def _legend_key(handle: Any) -> tuple:

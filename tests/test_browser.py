@@ -4,8 +4,10 @@ The test starts a JupyterLab server of this virtualenv on 127.0.0.1 (its own pro
 temporary root, settings and workspaces), opens a notebook with Playwright and runs it as a
 person would: the live view appears while ``%%tfprofile`` trains, the dashboard replaces it,
 its tabs are there, the Memory tab shows its plot, moving the range slider changes the window
-statistics, and a finding's "Insert below" button adds the rewritten cell under it. Screenshots
-go to test-artifacts/. Chromium is Debian's package: installed here when missing (apt-get, as
+statistics, on the Steps tab it redraws the plot (timed in the page, from the release of the
+handle to the new image painted), and a finding's "Insert below" button adds the rewritten cell
+under it. Screenshots go to test-artifacts/, with the slider's times
+(browser-slider-timing.txt). Chromium is Debian's package: installed here when missing (apt-get, as
 root); the test is skipped, saying why, only where it cannot be installed.
 """
 
@@ -175,6 +177,38 @@ def _run_cell(page: Any, index: int) -> None:
     raise AssertionError(f"cell {index} did not start running")
 
 
+# Installed in the page before a slider move, on the plot's <img>: when the handle is released,
+# when the window's statistics change, when the image gets its new source, and the frame after
+# the new image has loaded (it is painted then), all from performance.now().
+WATCH_SLIDER = """img => {
+  const t = (window.__tfdiagSlider = {});
+  window.addEventListener('pointerup', () => { t.up = performance.now(); },
+                          {capture: true, once: true});
+  const stats = img.closest('.tfdiag-dashboard').querySelector('.tfdiag-window-stats');
+  new MutationObserver((_, seen) => { t.stats = performance.now(); seen.disconnect(); })
+    .observe(stats, {subtree: true, childList: true, characterData: true});
+  new MutationObserver((_, seen) => {
+    t.src = performance.now();
+    seen.disconnect();
+    img.addEventListener('load', () => {
+      t.loaded = performance.now();
+      requestAnimationFrame(() => { t.drawn = performance.now(); });
+    }, {once: true});
+  }).observe(img, {attributes: true, attributeFilter: ['src']});
+}"""
+
+
+def _drag(page: Any, handle: Any, track: Any, fraction: float) -> None:
+    """Drag a slider handle to `fraction` of its track, as a hand would."""
+    box, track_box = handle.bounding_box(), track.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(
+        track_box["x"] + track_box["width"] * fraction, box["y"] + box["height"] / 2, steps=8
+    )
+    page.mouse.up()
+
+
 def _window_text(page: Any, index: int = 0) -> str:
     return page.locator(".tfdiag-dashboard .tfdiag-window-stats").nth(index).inner_text()
 
@@ -237,14 +271,7 @@ def test_live_view_and_dashboard_in_jupyterlab(browser, lab, artifacts):
         first_step = int(re.search(r"Steps (\d+)–(\d+)", before).group(1))
         assert first_step == 0
         track = dashboard.locator(".tfdiag-range .noUi-target").first
-        handle = dashboard.locator(".tfdiag-range .noUi-handle-lower").first
-        box, track_box = handle.bounding_box(), track.bounding_box()
-        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        page.mouse.down()
-        page.mouse.move(
-            track_box["x"] + track_box["width"] * 0.5, box["y"] + box["height"] / 2, steps=8
-        )
-        page.mouse.up()
+        _drag(page, dashboard.locator(".tfdiag-range .noUi-handle-lower").first, track, 0.5)
         page.wait_for_function(
             "before => document.querySelector('.tfdiag-window-stats').innerText !== before",
             arg=before,
@@ -256,6 +283,34 @@ def test_live_view_and_dashboard_in_jupyterlab(browser, lab, artifacts):
         assert after != before
         page.wait_for_timeout(500)  # the redrawn plot
         dashboard.screenshot(path=str(artifacts / "browser-dashboard-memory-zoomed.png"))
+
+        # On the Steps tab, moving the slider redraws the step-time plot: timed in the page from
+        # the release of the handle to the frame that paints the new image.
+        dashboard.locator(".lm-TabBar-tab", has_text="Steps").click()
+        steps_plot = dashboard.locator(".widget-tab-contents img").locator("visible=true").first
+        steps_plot.wait_for(state="visible")
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        page.wait_for_timeout(1000)  # the tab's own redraw (the window changed) is in
+        source = steps_plot.get_attribute("src")
+        steps_plot.evaluate(WATCH_SLIDER)
+        # Most of the run again: more steps than the plot has pixel columns, drawn as bands.
+        _drag(page, dashboard.locator(".tfdiag-range .noUi-handle-lower").first, track, 0.02)
+        page.wait_for_function("() => window.__tfdiagSlider.drawn !== undefined", timeout=30_000)
+        times = page.evaluate("() => window.__tfdiagSlider")
+        assert steps_plot.get_attribute("src") != source
+        assert steps_plot.evaluate("img => img.naturalWidth") >= 1000
+        to_stats, to_plot = times["stats"] - times["up"], times["drawn"] - times["up"]
+        report = (
+            f"range slider on the Steps tab ({_window_text(page).splitlines()[0]}): "
+            f"handle released -> window statistics changed {to_stats:.0f} ms, "
+            f"-> new plot image set {times['src'] - times['up']:.0f} ms, "
+            f"-> new plot painted {to_plot:.0f} ms; load {os.getloadavg()[0]:.1f}"
+        )
+        print("\n" + report)
+        (artifacts / "browser-slider-timing.txt").write_text(report + "\n", encoding="utf-8")
+        dashboard.screenshot(path=str(artifacts / "browser-dashboard-steps-slider.png"))
+        # Generous: the kernel shares this machine with the browser and the server.
+        assert 0 < to_stats <= to_plot < 20_000
 
         # A finding's "Insert below" adds the rewritten cell under the cell that showed it.
         cells = page.locator(".jp-Notebook .jp-Cell")

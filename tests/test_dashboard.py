@@ -282,7 +282,7 @@ def test_config_switch_is_a_configurable_of_the_shell(ip):
 def test_memory_plot_draws_the_cpu_tensor_series_on_its_own(fit_result):
     from dataclasses import replace
 
-    from tfdiag_magic.views.dash_plots import memory_png
+    from tfdiag_magic.views.dash_figures import memory_png
 
     record = fit_result.record
     # This small fit holds no tensors between steps (the series reads 0); give it some.

@@ -4,10 +4,14 @@
 plotted, their step times, rolling medians, warm-up marks, epoch boundaries, data waits, and the
 memory and NVML samples placed on the same step axis. `window_stats` recomputes the headline
 statistics for any range of steps from the exact columns, never from a thinned series.
+`WindowIndex` gives the same numbers for a range slider that follows the hand: each phase's
+rows, step times and steady steps are laid out once, so a window is a slice of each, and the
+median and p90 of a long window come from one sorted order instead of a partition per move.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,15 +149,173 @@ def window_stats(series: StepSeries, lo: int, hi: int) -> dict[str, Any]:
             numbers = step_numbers(duration[mine], warm[mine], start[mine], wait[mine])
             numbers["max"] = float(duration[mine].max())
             result["phases"][name] = numbers
+    result.update(_memory_peaks(series, lo, hi))
+    return result
+
+
+def _memory_peaks(series: StepSeries, lo: int, hi: int) -> dict[str, Any]:
+    """Host RSS and device memory peaks among the memory samples of steps lo..hi."""
     in_window = (series.mem_x >= lo - 0.5) & (series.mem_x <= hi + 0.5)
     rss = series.mem_rss[in_window] if series.mem_rss.size == series.mem_x.size else np.zeros(0)
     rss = rss[rss >= 0]
-    result["rss_peak"] = int(rss.max()) if rss.size else None
     gpu_peaks = {}
     for device, values in series.mem_gpu.items():
         seen_values = values[in_window] if values.size == in_window.size else np.zeros(0)
         seen_values = seen_values[seen_values >= 0]
         if seen_values.size:
             gpu_peaks[device] = int(seen_values.max())
-    result["gpu_peak"] = gpu_peaks
-    return result
+    return {"rss_peak": int(rss.max()) if rss.size else None, "gpu_peak": gpu_peaks}
+
+
+# A phase with fewer steady steps than this gets its window medians from np.median on the slice:
+# a partition of 65 536 values costs about what the sorted order's scan does.
+ORDER_INDEX_MIN = 1 << 16
+
+
+class _PhaseRows:
+    """One phase's plotted rows laid out for window queries: a window is a slice of each array.
+
+    Slicing keeps the rows in plot order, the order the straightforward computation selects them
+    in, so sums and means are bit for bit the same; medians and percentiles depend only on the
+    values in the window.
+    """
+
+    def __init__(self, series: StepSeries, code: int) -> None:
+        self.pos = np.flatnonzero(series.phase == code)  # positions on the plot's axis
+        self.duration = series.duration[self.pos]
+        self.start = series.start[self.pos]
+        self.end = self.start + self.duration
+        steady = ~series.warm[self.pos]
+        self.steady_at = np.flatnonzero(steady)  # indices into this phase's arrays
+        self.steady = self.duration[steady]
+        waits = series.data_wait[self.pos]
+        seen = ~np.isnan(waits)
+        self.wait_at: np.ndarray | None = None if seen.all() else np.flatnonzero(seen)
+        self.waits = waits if self.wait_at is None else waits[seen]
+        # The steady step times in ascending order, and where each stands in `steady`: made
+        # when a long window first asks for its median.
+        self.sorted: np.ndarray | None = None
+        self.order: np.ndarray | None = None
+        self.sortable = self.steady.size >= ORDER_INDEX_MIN and not np.isnan(self.steady).any()
+
+    def rows_in(self, lo: int, hi: int) -> tuple[int, int]:
+        """This phase's rows among plot positions lo..hi: indices a..b-1 into its arrays."""
+        return (
+            int(np.searchsorted(self.pos, lo, side="left")),
+            int(np.searchsorted(self.pos, hi, side="right")),
+        )
+
+    def numbers(self, a: int, b: int, first: float, last: float) -> dict[str, Any]:
+        """`step_numbers` of this phase's rows a..b-1 (b > a), with their longest step; `first`
+        and `last` are their earliest start and latest end."""
+        sa, sb = (int(i) for i in np.searchsorted(self.steady_at, (a, b)))
+        steady = self.steady[sa:sb]
+        median, p90 = self._median_p90(sa, sb)
+        durations = self.duration[a:b]
+        span = last - first
+        if self.wait_at is None:
+            waits = self.waits[a:b]
+        else:
+            wa, wb = np.searchsorted(self.wait_at, (a, b))
+            waits = self.waits[wa:wb]
+        count = b - a
+        return {
+            "count": count,
+            "steady_count": int(steady.size),
+            "median": median,
+            "p90": p90,
+            "mean": float(steady.mean()) if steady.size else None,
+            "warmup_count": count - int(steady.size),
+            "total_time": float(durations.sum()),
+            "span": span,
+            "steps_per_second": count / span if span > 0 else None,
+            "data_wait": float(waits.sum()) if waits.size else None,
+            "max": float(durations.max()),
+        }
+
+    def _median_p90(self, sa: int, sb: int) -> tuple[float | None, float | None]:
+        n = sb - sa
+        if n == 0:
+            return None, None
+        if not self.sortable or 4 * n < self.steady.size:
+            steady = self.steady[sa:sb]
+            return float(np.median(steady)), float(np.percentile(steady, 90))
+        if self.order is None or self.sorted is None:
+            order = np.argsort(self.steady)
+            self.sorted = self.steady[order]
+            self.order = order.astype(np.int32) if order.size < 2**31 else order
+        # The window's values in ascending order are the sorted values whose place in `steady`
+        # lies in sa..sb-1: one pass over the order, then a few lookups.
+        if self.order.dtype == np.int32:  # one subtraction and one comparison, unsigned
+            inside = np.flatnonzero((self.order - np.int32(sa)).view(np.uint32) < n)
+        else:
+            inside = np.flatnonzero((self.order >= sa) & (self.order < sb))
+
+        def kth(k: int) -> float:
+            return self.sorted[inside[k]]
+
+        return _median_of_sorted(kth, n), _percentile_of_sorted(kth, n, 90)
+
+
+def _median_of_sorted(kth: Any, n: int) -> float:
+    """np.median of n values, given the k-th smallest of them: the same float, bit for bit."""
+    if n % 2:
+        return float(kth(n // 2))
+    return float(np.mean(np.array([kth(n // 2 - 1), kth(n // 2)])))
+
+
+def _percentile_of_sorted(kth: Any, n: int, q: float) -> float:
+    """np.percentile(values, q) (its default, linear method) of n values, given the k-th
+    smallest of them: NumPy's own arithmetic, so the same float, bit for bit."""
+    virtual = (n - 1) * (q / 100)
+    if virtual >= n - 1:
+        return float(kth(n - 1))
+    below = math.floor(virtual)
+    gamma = virtual - below
+    a, b = float(kth(below)), float(kth(below + 1))
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+
+
+class WindowIndex:
+    """`window_stats` for a range slider: the same numbers, from slices of arrays laid out once.
+
+    Building it costs a few passes over the series (and one sort of each long phase's steady
+    step times); a window then costs a few binary searches and one pass over the rows inside
+    it for sums and extremes, never a selection by mask over the whole run.
+    """
+
+    def __init__(self, series: StepSeries) -> None:
+        self.series = series
+        self.phases = {
+            name: _PhaseRows(series, code)
+            for code, name in enumerate(PHASES)
+            if np.any(series.phase == code)
+        }
+
+    def stats(self, lo: int, hi: int) -> dict[str, Any]:
+        """Exact statistics of the plotted steps lo..hi (inclusive): `window_stats`'s result."""
+        series = self.series
+        lo = max(0, int(lo))
+        hi = min(series.count - 1, int(hi))
+        result: dict[str, Any] = {"lo": lo, "hi": hi, "phases": {}, "count": 0}
+        if series.count == 0 or hi < lo:
+            return result
+        result["count"] = hi - lo + 1
+        time_from, time_to, counted = math.inf, -math.inf, 0
+        for name, rows in self.phases.items():
+            a, b = rows.rows_in(lo, hi)
+            if b <= a:
+                continue
+            first, last = float(rows.start[a:b].min()), float(rows.end[a:b].max())
+            result["phases"][name] = rows.numbers(a, b, first, last)
+            counted += b - a
+            time_from, time_to = min(time_from, first), max(time_to, last)
+        if counted != result["count"]:  # rows of no phase: take the window's extremes directly
+            part = slice(lo, hi + 1)
+            time_from = float(series.start[part].min())
+            time_to = float((series.start[part] + series.duration[part]).max())
+        result["time_from"] = time_from
+        result["time_to"] = time_to
+        result.update(_memory_peaks(series, lo, hi))
+        return result

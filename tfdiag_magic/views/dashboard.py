@@ -5,7 +5,9 @@ change, verdict) or Sweep (``--sweep``: the table of runs, the plot, the recomme
 and selected, when the run has one. A range slider over the steps zooms every
 plot and recomputes the window's statistics from the exact columns; series can be toggled and
 step time drawn on a log scale. Plots are matplotlib PNGs (`dash_plots`), drawn for the tab
-that is showing and redrawn for another tab when it is opened.
+that is showing and redrawn for another tab when it is opened; their figures are kept between
+windows (`dash_figures`), and a window's statistics come from a `WindowIndex`, so a slider
+move costs about the same on a run of a million steps as on a short one.
 
 `dashboard_bundle` returns the display data for a notebook output: the widget view together
 with the static HTML view and the text report, so a frontend that cannot render widgets
@@ -25,9 +27,10 @@ from ..config import in_kernel as in_kernel  # where the views and magics ask
 from ..record import PHASES
 from ..result import ProfileResult
 from ..units import rate, seconds, size
+from .dash_figures import GpuFigure, MemoryFigure, StepsFigure
 from .dash_findings import finding_html, findings_to_show
-from .dash_model import step_series, window_stats
-from .dash_plots import StepPlotOptions, gpu_png, memory_png, steps_png, use_log
+from .dash_model import WindowIndex, step_series
+from .dash_plots import StepPlotOptions, use_log
 from .dash_table import csv_text, data_link, table_html
 from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
 from .html import (
@@ -90,6 +93,11 @@ class Dashboard:
         self.record = record
         self.report = report if report is not None else result.report()
         self.series = series = step_series(record)
+        self.index = WindowIndex(series)  # a window's statistics without a pass over the run
+        # The plots, kept between windows: a slider move redraws their data, not their figures.
+        self.steps_figure = StepsFigure(self.index)
+        self.memory_figure = MemoryFigure(series)
+        self.gpu_figure = GpuFigure(series)
         self._widgets: list[Any] = []
         self.closed = False
         self.shows = _content_of(result)
@@ -264,30 +272,29 @@ class Dashboard:
 
     def _update_window(self) -> None:
         lo, hi = self._range()
-        self.stats = window_stats(self.series, lo, hi)
+        self.stats = self.index.stats(lo, hi)
         self.window.value = _window_html(self.series, self.stats)
 
     def _draw(self, name: str) -> None:
         lo, hi = self._range()
-        series = self.series
         if name == "steps":
-            png = steps_png(series, lo, hi, self.options)
+            png = self.steps_figure.png(lo, hi, self.options)
             self._show(self.steps_image, self.steps_note, png, "<p>No steps were recorded.</p>")
-            if png and not np.any(~np.isnan(series.data_wait)):
+            if png and not self.steps_figure.wait_at.size:  # no input wait was seen
                 self.steps_note.value = self._wrap(
                     '<p class="muted">Data wait: '
                     f"{escape(self.report['time_split'].get('data_wait_note') or 'not measured')}"
                     ".</p>"
                 )
         elif name == "memory":
-            png = memory_png(series, lo, hi)
+            png = self.memory_figure.png(lo, hi)
             self._show(self.memory_image, None, png, "<p>No memory samples in this range.</p>")
             self.memory_note.value = self._wrap(
                 ("" if png else "<p>No memory samples in this range.</p>")
                 + memory_table(self.report)
             )
         elif name == "gpu":
-            png = gpu_png(series, lo, hi)
+            png = self.gpu_figure.png(lo, hi)
             self._show(self.gpu_image, self.gpu_note, png, gpu_sentence(self.report))
         elif name == "data":
             self._draw_table()
@@ -372,6 +379,8 @@ class Dashboard:
             widget.close()
         self._widgets.clear()
         self.plots.clear()
+        for figure in (self.steps_figure, self.memory_figure, self.gpu_figure):
+            figure.release()
         self.closed = True
         _open_dashboards.pop(id(self), None)
 

@@ -97,3 +97,59 @@ class MinMaxBuckets:
         if not self.lows:
             return 0
         return (len(self.lows) - 1) * self.per_bucket + self._fill
+
+
+def column_starts(x: np.ndarray, columns: int, lo: float, hi: float) -> np.ndarray:
+    """Where each non-empty pixel column of sorted `x` begins, as `minmax_columns` bins them.
+
+    `minmax_columns` computes every value's column; here a binary search per column boundary
+    finds the same places (the column of a value is a non-decreasing function of it) in
+    O(columns * log(x.size)), whatever the number of values.
+    """
+    n = x.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    scale = columns / max(hi - lo, 1e-12)
+
+    def column_of(values: np.ndarray) -> np.ndarray:
+        return np.clip(((values - lo) * scale).astype(np.int64), 0, columns - 1)
+
+    wanted = np.arange(1, columns, dtype=np.int64)
+    # A guess from the inverse of column_of, exact unless rounding put it off by a value or two.
+    guess = np.searchsorted(x, lo + wanted / scale).astype(np.int64)
+    after_ok = (guess == n) | (column_of(x[np.minimum(guess, n - 1)]) >= wanted)
+    before_ok = (guess == 0) | (column_of(x[np.maximum(guess - 1, 0)]) < wanted)
+    wrong = np.flatnonzero(~(after_ok & before_ok))
+    if wrong.size:  # a binary search for those: first index whose column is >= wanted
+        left = np.zeros(wrong.size, dtype=np.int64)
+        right = np.full(wrong.size, n, dtype=np.int64)
+        target = wanted[wrong]
+        while True:
+            active = left < right
+            if not active.any():
+                break
+            mid = (left + right) // 2
+            below = column_of(x[np.minimum(mid, n - 1)]) < target
+            left = np.where(active & below, mid + 1, left)
+            right = np.where(active & ~below, mid, right)
+        guess[wrong] = left
+    inner = guess[(guess > 0) & (guess < n)]
+    return np.concatenate(([0], np.unique(inner)))
+
+
+def column_extremes(
+    x: np.ndarray, y: np.ndarray, columns: int, lo: float, hi: float
+) -> tuple[np.ndarray, ...]:
+    """Per non-empty pixel column of (x, y) over [lo, hi]: the x and y of its first and last
+    values, and its smallest and largest y (x sorted, y without NaN): `minmax_columns`'s
+    columns, in a pass over `y` for each extreme and none over `x`."""
+    starts = column_starts(x, columns, lo, hi)
+    ends = np.concatenate((starts[1:], [x.size])) - 1
+    return (
+        x[starts],
+        y[starts],
+        x[ends],
+        y[ends],
+        np.minimum.reduceat(y, starts),
+        np.maximum.reduceat(y, starts),
+    )

@@ -282,8 +282,9 @@ def _image(png: bytes | None, alt: str) -> str:
 
 def static_plots(record: Record) -> dict[str, bytes | None]:
     """The plots of the static view, drawn once over the whole run."""
+    from .dash_figures import gpu_png, memory_png, steps_png
     from .dash_model import step_series
-    from .dash_plots import StepPlotOptions, gpu_png, memory_png, steps_png
+    from .dash_plots import StepPlotOptions
 
     series = step_series(record)
     last = max(series.count - 1, 0)

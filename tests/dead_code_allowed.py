@@ -27,3 +27,5 @@ LoopInfo.rows_dropped
 _._retired
 # Called by the cell's instrumented loops (instrument.py writes `_tfdiag_loops_.iterate`).
 LoopRuntime.iterate
+# tests/conftest.py: a pytest hook, called by pytest by its name.
+pytest_collection_modifyitems

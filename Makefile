@@ -18,8 +18,12 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m tfdiag_magic demo --html build/demo-report.html
 
+# The suite on two pytest-xdist workers, each module whole on one worker so that its kernel,
+# server or command-line run starts once; the longest modules go first (tests/conftest.py).
+PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
+
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
 
 # A quick check while working: ruff, the record, rewrite, GPU-record and explain tests, and the
 # healthy and memory diagnosis tests; no Jupyter kernel, browser, Binder, CLI or notebook runs.

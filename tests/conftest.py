@@ -77,3 +77,23 @@ def cpu_hog():
         yield hog
     finally:
         stop_cpu_hog(hog)
+
+
+# `make test` runs the suite on two pytest-xdist workers, a module at a time on one worker
+# (--dist loadfile: a module's kernel, server or CLI run is started once). Modules are handed
+# out in collection order, so the longest ones are collected first: none of them starts last
+# while the other worker sits idle. The rest keep their order. A run without xdist keeps the
+# plain order.
+LONGEST_FIRST = (
+    "test_binder.py",
+    "test_notebooks.py",
+    "test_corpus.py",
+    "test_browser.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # not an xdist worker
+        return
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

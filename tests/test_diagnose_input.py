@@ -372,6 +372,54 @@ def test_no_input_bound_for_a_light_prefetched_pipeline_with_a_neighbour(feats, 
         assert fit.input_wait / fit.input_span < 0.3, (fit.input_wait, fit.input_span)
 
 
+def test_no_input_bound_once_the_cache_has_filled(feats):
+    # The Python map sets the pace of the first epoch, as in FEATURES_FIT, while the cache
+    # fills; the two epochs after it read memory. The first epoch's wait is paid once.
+    cell = (
+        "train = tf.data.Dataset.range(640).map(tf_features).cache().batch(16)\n"
+        "model.fit(train, epochs=3, verbose=0)\n"
+    )
+    result, r = profiled(feats, cell)
+    assert result.success
+    assert_silent(r, "input-bound")
+    fit = next(c for c in r.record.keras_calls if c.api == "fit")
+    # Each epoch's first two steps are not measured (the meter's docstring): 38 of 40.
+    assert fit.first_epoch_elements == 38 and fit.input_elements == 3 * 38, fit
+    first = fit.first_epoch_wait / fit.first_epoch_span
+    later = (fit.input_wait - fit.first_epoch_wait) / (fit.input_span - fit.first_epoch_span)
+    assert first >= 0.4 and later < 0.3, (first, later)
+
+
+def test_input_bound_after_the_cache_when_the_work_comes_after_it(feats):
+    # The cache holds the indices; the Python map after it runs again every epoch.
+    cell = (
+        "train = tf.data.Dataset.range(640).cache().map(tf_features).batch(16)\n"
+        "model.fit(train, epochs=2, verbose=0)\n"
+    )
+    result, r = profiled(feats, cell)
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert ev["epochs_measured"] == "after the first (the cache fills in it)"
+    assert ev["batches_measured"] == 38
+    assert ev["wait_share"] >= 0.4
+    assert "after its cache filled" in f.title
+    assert "of the epochs after the first" in f.detail
+
+
+def test_input_bound_on_a_single_epoch_that_fills_a_cache(feats):
+    # One epoch: the cache never pays back in this run, and its wait was all of the run's.
+    cell = (
+        "train = tf.data.Dataset.range(640).map(tf_features).cache().batch(16)\n"
+        "model.fit(train, epochs=1, verbose=0)\n"
+    )
+    result, r = profiled(feats, cell)
+    assert result.success
+    f = the(r, "input-bound")
+    assert f.evidence["epochs_measured"] == "all"
+    assert f.evidence["pipeline"]["cached"] is True
+
+
 def test_input_bound_rewrite_adds_only_what_the_dataset_lacks(feats):
     # The dataset prefetches already and one of its maps runs in parallel: the loop's rewrite
     # parallelises the other map and adds no prefetch after `take` (which reading the cell

@@ -210,6 +210,11 @@ class KerasCall:
     input_wait: float = float("nan")
     input_span: float = 0.0
     input_elements: int = 0
+    # The part of those measured on the call's first iterator (its first epoch), when a later
+    # one was measured too; NaN and 0 otherwise. A `cache()` fills during the first epoch.
+    first_epoch_wait: float = float("nan")
+    first_epoch_span: float = 0.0
+    first_epoch_elements: int = 0
 
 
 @dataclass(slots=True)

@@ -219,11 +219,15 @@ class InputWaitMeter:
         self._n = 0
         self._pending = 0
         self._consumed = 0
+        # (wait, span, elements) measured on the first iterator, taken when a second begins
+        self.first_epoch: tuple[float, float, int] | None = None
 
     def begin(self, iterator: Any) -> None:
         """A training step is about to run on `iterator` (a new one starts a new measure)."""
         if iterator is self._iterator:
             return
+        if self._iterator is not None and self.first_epoch is None:
+            self.first_epoch = (self.wait, self.span, self.elements)
         # The last reference to the previous epoch's iterator may be this meter's: dropping it
         # here would destroy the iterator (tens to hundreds of ms) inside the step being timed.
         # It is dropped in `step_done`, once the step and its callbacks are measured.
@@ -287,6 +291,15 @@ class InputWaitMeter:
         self.wait += span - gap
         self.span += span
         self.elements += count
+
+
+def _first_epoch_fields(meter: InputWaitMeter | None) -> dict[str, Any]:
+    """KerasCall's first-epoch input measure, where a later epoch was measured too."""
+    first = meter.first_epoch if meter is not None else None
+    if first is None or meter is None or meter.elements <= first[2]:
+        return {}
+    wait, span, elements = first
+    return {"first_epoch_wait": wait, "first_epoch_span": span, "first_epoch_elements": elements}
 
 
 def _current_iterator(epoch_iterator: Any) -> Any:
@@ -468,6 +481,7 @@ class KerasProbe:
                 input_wait=meter.wait if meter is not None and meter.elements else NAN,
                 input_span=meter.span if meter is not None else 0.0,
                 input_elements=meter.elements if meter is not None else 0,
+                **_first_epoch_fields(meter),
             )
         )
 

@@ -420,6 +420,77 @@ def test_input_bound_on_a_single_epoch_that_fills_a_cache(feats):
     assert f.evidence["pipeline"]["cached"] is True
 
 
+# The step of TensorFlow's distributed training guides: the tf.function takes the iterator and
+# reads it inside, so no `next()` of the cell's is there to time.
+ITERATOR_STEP = """
+optimizer = keras.optimizers.Adam(1e-3)
+@tf.function
+def train_step(iterator):
+    xb, yb = next(iterator)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(yb, model(xb, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+"""
+
+
+def test_input_bound_step_that_reads_the_iterator_it_is_given(feats):
+    feats.run_cell(ITERATOR_STEP)
+    cell = (
+        "iterator = iter(tf.data.Dataset.range(1280).map(tf_features).batch(16))\n"
+        "for step in range(70):\n"
+        "    loss = train_step(iterator)\n"
+    )
+    result, r = profiled(feats, cell)
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert ev["function"] == "train_step"
+    assert ev["calls_measured"] == 68  # the first two calls are not measured
+    assert ev["wait_share"] >= 0.4
+    assert "`train_step` takes the iterator" in f.detail
+    (stats,) = [s for s in r.record.functions if s.name == "train_step"]
+    assert stats.input_series[-1][0] == 70 and stats.input_series[-1][1] == stats.input_wait
+
+
+def test_no_input_bound_for_an_iterator_step_on_rows_in_memory_with_a_neighbour(feats, cpu_hog):
+    feats.run_cell(ITERATOR_STEP)
+    cell = (
+        "iterator = iter(tf.data.Dataset.from_tensor_slices((rows, labels)).batch(64)"
+        ".prefetch(tf.data.AUTOTUNE))\n"
+        "for step in range(60):\n"
+        "    loss = train_step(iterator)\n"
+    )
+    for _ in range(2):
+        result, r = profiled(feats, cell)
+        assert result.success
+        assert_silent(r, "input-bound")
+        (stats,) = [s for s in r.record.functions if s.name == "train_step"]
+        assert stats.input_elements == 58
+        assert stats.input_wait / stats.input_span < 0.3, stats
+
+
+def test_the_iterator_given_to_a_step_is_left_where_the_cell_left_it(feats):
+    # The meter reads the iterator's model, takes no element, and lets the iterator go.
+    feats.run_cell("counted = []\n@tf.function\ndef take(iterator):\n    return next(iterator)\n")
+    result, r = profiled(
+        feats,
+        "iterator = iter(tf.data.Dataset.range(1000))\n"
+        "for step in range(80):\n"
+        "    counted.append(int(take(iterator)))\n",
+    )
+    assert result.success
+    assert feats.user_ns["counted"] == list(range(80))
+    assert int(next(feats.user_ns["iterator"])) == 80
+    import weakref
+
+    ref = weakref.ref(feats.user_ns["iterator"])
+    feats.run_cell("del iterator")
+    gc.collect()
+    assert ref() is None  # nothing of the tool holds it after the run
+
+
 def test_input_bound_rewrite_adds_only_what_the_dataset_lacks(feats):
     # The dataset prefetches already and one of its maps runs in parallel: the loop's rewrite
     # parallelises the other map and adds no prefetch after `take` (which reading the cell

@@ -158,6 +158,14 @@ class FunctionStats:
     # one (a tf.function over a whole epoch): each update is then a step of the table. 0: one
     # step per call, or not known (a function traced before the run).
     updates_per_call: float = 0.0
+    # A function given a tf.data or distributed iterator, reading it inside (``next(iterator)``
+    # in `train_step(iterator)`): seconds its calls' GetNext blocked, over `input_span` seconds
+    # of `input_elements` calls, measured in-run from the iterator's tf.data model (NaN: not
+    # measured; `probes/input_meter.py`), and (calls done, wait, span) along the run.
+    input_wait: float = float("nan")
+    input_span: float = 0.0
+    input_elements: int = 0
+    input_series: list[tuple[int, float, float]] = field(default_factory=list)
 
 
 @dataclass

@@ -48,6 +48,10 @@ cannot keep up with the model. Measured during the run, as a share of training t
   fills, and later epochs read memory. (A cached pipeline whose map ran one element at a time
   waited 43% of fit's first epoch on loaded CPUs here, and next to nothing after.) A single
   epoch is judged as it is: its wait was paid in full;
+- for a tf.function given the iterator itself (`train_step(iterator)` with `next(iterator)`
+  inside, as TensorFlow's distributed training guides write the step), the same in-run
+  measure on that iterator (a distributed iterator's one per-device iterator where a worker
+  has one device): the calls' cycles minus the gaps between their requests;
 - for `fit` on a `tf.data` dataset, the first step of each epoch after the first against the
   steady step: the pipeline redoing work before it hands out an epoch's first batch (a `map`
   feeding a `shuffle` buffer with nothing cached).
@@ -145,6 +149,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         _loop_waits(record, source)
         or _keras_generator(record, source)
         or _keras_dataset(record, source)
+        or _function_iterator(record, source)
         or _epoch_starts(record, source)
     )
 
@@ -408,6 +413,59 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
         impact=waited,
     )
     return _with_pipeline(finding, source, structure_of_call(record, call))
+
+
+def _function_iterator(record: Record, source: str | None) -> Finding | None:
+    """A tf.function given the iterator itself (`train_step(iterator)`, ``next(iterator)``
+    inside, as the distributed training guides write it) whose calls spent a large share of
+    their time blocked on the next element, measured in-run from the iterator's tf.data model."""
+    best = None
+    for function in record.functions:
+        if function.input_elements < 5 or math.isnan(function.input_wait):
+            continue
+        waited = max(function.input_wait - READY_ELEMENT_S * function.input_elements, 0.0)
+        ratio = waited / function.input_span if function.input_span > 0 else 0.0
+        if ratio >= MIN_SHARE and waited >= MIN_WAIT and (best is None or ratio > best[1]):
+            best = (function, ratio, waited)
+    if best is None:
+        return None
+    function, ratio, waited = best
+    per_call = function.input_wait / function.input_elements
+    cycle = function.input_span / function.input_elements
+    evidence = {
+        "function": function.name,
+        "wait_share": rounded(ratio, 3),
+        "wait_s": rounded(function.input_wait),
+        "wait_beyond_ready_batch_s": rounded(waited),
+        "measured_s": rounded(function.input_span),
+        "calls_measured": function.input_elements,
+        "wait_s_per_call": rounded(per_call),
+        "cycle_s_per_call": rounded(cycle),
+        "fires_at_wait_share": MIN_SHARE,
+        "how": "in-run: the iterator's tf.data model (gaps between GetNext calls)",
+    }
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=(
+            f"{share(waited, function.input_span)} of `{function.name}`'s time waits for the"
+            " iterator's next batch"
+        ),
+        detail=(
+            f"`{function.name}` takes the iterator and reads it inside. Over"
+            f" {function.input_elements} calls ({seconds(function.input_span)}), each waited"
+            f" {seconds(per_call)} on average for the input pipeline, of a {seconds(cycle)}"
+            " cycle per call: the pipeline, not the model, sets the pace. Measured during the"
+            " run from the iterator's own tf.data model (the time between requests for the next"
+            " batch), without taking an element."
+        ),
+        fix="Parallelise and overlap the pipeline: `map(..., num_parallel_calls=tf.data.AUTOTUNE)`,"
+        " `cache()` deterministic work, `prefetch(tf.data.AUTOTUNE)` last; replace"
+        " `py_function`/`numpy_function` with TensorFlow ops where possible.",
+        evidence=evidence,
+        impact=waited,
+    )
+    return with_rewrite(finding, source, first_rewrite(source, (tune_input_pipeline, {})))
 
 
 def _epoch_starts(record: Record, source: str | None) -> Finding | None:

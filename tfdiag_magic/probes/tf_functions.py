@@ -19,6 +19,7 @@ import numpy as np
 
 from ..record import FunctionStats, Kind, Phase, Record, TraceEvent
 from ..recorder import Recorder
+from .input_meter import InputWaitMeter
 from .inputs import host_bytes, leading_dimension
 from .patching import Patcher, wraps_exactly
 
@@ -46,6 +47,7 @@ class FunctionEntry:
         "keras_internal",
         "last_count",
         "loss_at",
+        "meter",
         "name",
         "ref",
         "traces_before",
@@ -74,6 +76,8 @@ class FunctionEntry:
         self.counted_calls = 0  # those calls
         self.inspected = False
         self.loss_at: Any = _UNKNOWN  # where the returned loss sits, learned on the first call
+        # An `ArgumentMeter` where the function is given an iterator, learned on the first call
+        self.meter: Any = _UNKNOWN
 
     def watch(self, optimizer: Any) -> None:
         """An update of `optimizer` was traced inside this function: read its `iterations`
@@ -260,6 +264,11 @@ class TFFunctionProbe:
 
     def remove(self) -> None:
         self._patcher.restore()
+        rec = self._rec
+        if rec is not None:  # the iterators given to functions are the user's: let them go
+            for entry in [*rec.functions.values(), *rec.retired_functions]:
+                if isinstance(entry.meter, ArgumentMeter):
+                    entry.meter.flush()
 
     def finish(self, record: Record) -> None:
         """The function table (`Record.functions`); the tracings are the recorder's."""
@@ -271,7 +280,9 @@ class TFFunctionProbe:
         if rec is None:
             return []
         grouped: dict[str, FunctionStats] = {}
+        by_name: dict[str, list[FunctionEntry]] = {}
         for entry in [*rec.functions.values(), *rec.retired_functions]:
+            by_name.setdefault(entry.name, []).append(entry)
             traces = entry.traces()
             stats = grouped.get(entry.name)
             if stats is None:
@@ -290,6 +301,9 @@ class TFFunctionProbe:
                 stats.objects += 1
                 stats.updates_weights = stats.updates_weights or entry.updates
                 stats.updates_per_call = max(stats.updates_per_call, _per_call(entry))
+        for name, entries in by_name.items():
+            for key, value in _input_measure(entries).items():
+                setattr(grouped[name], key, value)
         return sorted(grouped.values(), key=lambda s: (-s.calls, s.name))
 
     @staticmethod
@@ -362,6 +376,12 @@ class TFFunctionProbe:
             batch = entry.batch
             if batch != batch:
                 batch = entry.batch = leading_dimension(args, kwargs)
+            meter = entry.meter
+            if meter is not None:  # read once: does the function take an iterator?
+                if meter is unknown:
+                    meter = entry.meter = iterator_meter(args, kwargs)
+                if meter is not None:
+                    meter.begin_call(args, kwargs)
             rec.top_function = function
             rec.step_depth += 1
             start = clock()
@@ -401,9 +421,12 @@ class TFFunctionProbe:
                 fused = entry.updates_in_call() if entry.watching else 1
                 add_step(train, kind, start, end, wait, -1, eager, loss, fused, None, host, batch)
             else:
+                fused = 1
                 add_step(other, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
                 if not eager:
                     rec.graph_calls += 1
+            if meter is not None:
+                meter.step_done(end, fused, False)
             return result
 
         return wraps_exactly(call, original)
@@ -434,6 +457,43 @@ class TFFunctionProbe:
                 )
 
         return wraps_exactly(_create_concrete_function, original)
+
+
+class ArgumentMeter(InputWaitMeter):
+    """The input wait of a function's calls that read an iterator given as argument `at` (a
+    position or a keyword)."""
+
+    def __init__(self, at: int | str) -> None:
+        super().__init__()
+        self.at = at
+
+    def begin_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        at = self.at
+        self.begin(args[at] if type(at) is int and at < len(args) else kwargs.get(str(at)))
+
+
+def iterator_meter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> ArgumentMeter | None:
+    """A meter for the one tf.data or distributed iterator among a call's arguments; None where
+    there is none, or several."""
+    import tensorflow as tf
+
+    kinds = (tf.data.Iterator, tf.distribute.DistributedIterator)
+    places = [i for i, value in enumerate(args) if isinstance(value, kinds)]
+    places += [key for key, value in kwargs.items() if isinstance(value, kinds)]
+    return ArgumentMeter(places[0]) if len(places) == 1 else None
+
+
+def _input_measure(entries: list[FunctionEntry]) -> dict[str, Any]:
+    """FunctionStats' input fields from the meters of a function's entries."""
+    meters = [e.meter for e in entries if isinstance(e.meter, ArgumentMeter) and e.meter.elements]
+    if not meters:
+        return {}
+    return {
+        "input_wait": sum(m.wait for m in meters),
+        "input_span": sum(m.span for m in meters),
+        "input_elements": sum(m.elements for m in meters),
+        "input_series": list(meters[0].series),
+    }
 
 
 def _per_call(entry: FunctionEntry) -> float:

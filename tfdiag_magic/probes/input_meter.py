@@ -1,0 +1,165 @@
+"""How long training steps waited for the next element of a tf.data iterator, measured during
+the run from the iterator's own autotune model, without taking an element.
+
+Used where the iterator is read inside the step, out of the tool's sight: Keras' `fit` on a
+dataset (`probes/keras_calls.py`), and a tf.function step given the iterator itself
+(`train_step(iterator)` with ``next(iterator)`` inside, as TensorFlow's distributed training
+guides write it; `probes/tf_functions.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# A gap the tf.data model drops (>= 10 s, tensorflow/core/framework/model.cc) would shift the
+# window: a training cycle this long ends a measured segment instead.
+_LONGEST_CYCLE_S = 5.0
+_READ_EVERY = 64  # elements between reads of the model; it keeps the last 100 gaps
+_GAP_WINDOW = 100
+_SERIES_KEPT = 2_000  # reads of the model kept in `series`: 128,000 steps at one a step
+
+
+class InputWaitMeter:
+    """How long training steps waited for the next element of their tf.data iterator, measured
+    during the run from the iterator's own autotune model, without taking an element.
+
+    tf.data's root iterator records the gap between consecutive ``GetNext`` calls: the time
+    the consumer spent elsewhere (`tf.data.experimental.get_model_proto(iterator).gap_times`,
+    microseconds, the last 100). A training cycle (from the end of one step to the end of the
+    next) is the gaps of its elements plus the time its ``GetNext`` calls blocked, so the wait
+    is the cycle's length minus its elements' gaps (tracing and callbacks fall in both). The
+    model is read every 64 elements and at the end of each epoch, at a step's end, never while
+    a ``GetNext`` could be running. An iterator's first two steps are not measured: the first
+    element has no gap, and the second's gap holds the rest of the first step, whose work after
+    its batch arrived is not a steady step's (the first execution of a traced function creates
+    variables); so the wait for an epoch's first batch is not in this measure.
+    """
+
+    def __init__(self) -> None:
+        self.wait = 0.0  # seconds the measured cycles' GetNext calls blocked
+        self.span = 0.0  # seconds of the measured cycles
+        self.elements = 0  # elements those cycles consumed
+        self.reads = 0
+        self._iterator: Any = None
+        self._owned: Any = None
+        self._retired: Any = None
+        self._anchor: float | None = None
+        # (end, steps) of the cycles since the last read, in slots written by index (a step
+        # appends nothing): `_n` of them are used, at most _READ_EVERY.
+        self._rows: list[tuple[float, int]] = [(0.0, 0)] * _READ_EVERY
+        self._n = 0
+        self._pending = 0
+        self._consumed = 0
+        # (wait, span, elements) measured on the first iterator, taken when a second begins
+        self.first_epoch: tuple[float, float, int] | None = None
+        self.steps = 0  # steps done on every iterator, measured or not
+        # (steps done, wait, span) after each read of the model, the first _SERIES_KEPT reads:
+        # where along the run the waits fell
+        self.series: list[tuple[int, float, float]] = []
+
+    def begin(self, iterator: Any) -> None:
+        """A training step is about to run on `iterator` (a new one starts a new measure)."""
+        if iterator is self._iterator:
+            return
+        if self._iterator is not None and self.first_epoch is None:
+            self.first_epoch = (self.wait, self.span, self.elements)
+        # The last reference to the previous epoch's iterator may be this meter's: dropping it
+        # here would destroy the iterator (tens to hundreds of ms) inside the step being timed.
+        # It is dropped in `step_done`, once the step and its callbacks are measured.
+        self._retired = (self._iterator, self._owned)
+        self._iterator = iterator
+        self._owned = _owned_iterator(iterator) if iterator is not None else None
+        self._anchor = None
+        self._n = 0
+        self._pending = 0
+        self._consumed = 0
+
+    def flush(self) -> None:
+        """Read the model for the cycles since the last read (the run is over: no ``GetNext``
+        is running), then drop the references to the user's iterator."""
+        if self._owned is not None and self._n:
+            self._read()
+        self.release()
+
+    def release(self) -> None:
+        """Drop the references to the user's iterator."""
+        self._iterator = self._owned = self._retired = None
+        self._n = 0
+
+    def step_done(self, end: float, fused: int, last_of_epoch: bool) -> None:
+        self._retired = None  # the previous iterator goes now, outside any timed span
+        self.steps += fused
+        if self._owned is None:
+            return
+        self._consumed += fused
+        if self._anchor is None or self._consumed <= 2 * fused:
+            self._anchor = end  # the first two steps of the iterator (see the docstring)
+            return
+        n = self._n
+        previous = self._rows[n - 1][0] if n else self._anchor
+        if end - previous >= _LONGEST_CYCLE_S:
+            self._anchor, self._n, self._pending = end, 0, 0
+            return
+        self._rows[n] = (end, fused)
+        self._n = n + 1
+        self._pending += fused
+        if self._pending >= _READ_EVERY or last_of_epoch or self._n == _READ_EVERY:
+            self._read()
+
+    def _read(self) -> None:
+        import tensorflow as tf
+
+        try:
+            gaps = tf.data.experimental.get_model_proto(self._owned).gap_times
+        except Exception:  # autotune off for this dataset, or an iterator of another kind
+            self._owned = None
+            return
+        self.reads += 1
+        rows, anchor = self._rows[: self._n], self._anchor
+        expected = min(_GAP_WINDOW, self._consumed - 1)
+        self._anchor, self._n, self._pending = rows[-1][0], 0, 0
+        window = len(gaps)
+        if window < expected:  # a gap was dropped: the window no longer lines up
+            return
+        # Keep the newest rows whose elements all have their gap in the window.
+        count, first = 0, len(rows)
+        while first > 0 and count + rows[first - 1][1] <= window:
+            first -= 1
+            count += rows[first][1]
+        if count == 0:
+            return
+        start = rows[first - 1][0] if first > 0 else anchor
+        span = rows[-1][0] - start
+        gap = sum(gaps[len(gaps) - count :]) * 1e-6
+        self.wait += span - gap
+        self.span += span
+        self.elements += count
+        if len(self.series) < _SERIES_KEPT:
+            self.series.append((self.steps, self.wait, self.span))
+
+
+def _owned_iterator(iterator: Any) -> Any:
+    """The one `tf.data` iterator that feeds `iterator` (Keras' epoch iterator hands the train
+    function a dataset iterator, or a distributed iterator around one, whose one worker's
+    multi-device iterator holds one per device); None if not exactly one."""
+    try:
+        from tensorflow.python.data.ops import iterator_ops
+
+        found: list[Any] = []
+        stack: list[tuple[Any, int]] = [(iterator, 0)]
+        while stack:
+            item, depth = stack.pop()
+            if isinstance(item, iterator_ops.OwnedIterator):
+                found.append(item)
+                continue
+            if depth >= 3:
+                continue
+            for name in ("_iterators", "_iterator", "_device_iterators"):
+                inner = getattr(item, name, None)
+                if isinstance(inner, (list, tuple)):
+                    stack.extend((each, depth + 1) for each in inner)
+                elif inner is not None:
+                    stack.append((inner, depth + 1))
+        return found[0] if len(found) == 1 else None
+    except Exception:
+        return None

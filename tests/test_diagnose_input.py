@@ -481,6 +481,8 @@ def test_the_iterator_given_to_a_step_is_left_where_the_cell_left_it(feats):
         "    counted.append(int(take(iterator)))\n",
     )
     assert result.success
+    (stats,) = [s for s in r.record.functions if s.name == "take"]
+    assert stats.input_elements == 78  # measured: the meter read the model
     assert feats.user_ns["counted"] == list(range(80))
     assert int(next(feats.user_ns["iterator"])) == 80
     import weakref

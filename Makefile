@@ -34,7 +34,7 @@ FAST_TESTS := tests/test_record.py tests/test_rewrite_*.py tests/test_sweep_spec
 
 test-fast: setup
 	$(PY) -m ruff check tfdiag_magic tests benchmarks
-	$(PY) -m pytest -q $(PARALLEL) -m "not kernel and not browser" $(FAST_TESTS)
+	$(PY) -m pytest -q $(PARALLEL) -m "not kernel and not browser and not job" $(FAST_TESTS)
 
 # ruff (rules and formatting), and vulture for code nothing uses (pyproject's [tool.vulture]).
 lint: setup

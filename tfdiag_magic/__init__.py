@@ -17,9 +17,17 @@ from .record import TOOL_VERSION
 __version__ = TOOL_VERSION
 
 if TYPE_CHECKING:
+    from .jobs.merged import MergedResult
     from .session import Session
 
-__all__ = ["__version__", "load_ipython_extension", "profile", "step", "unload_ipython_extension"]
+__all__ = [
+    "__version__",
+    "load_ipython_extension",
+    "merge",
+    "profile",
+    "step",
+    "unload_ipython_extension",
+]
 
 
 def profile(*, memory_interval: float = 0.05, nvml: bool = True) -> Session:
@@ -32,6 +40,15 @@ def profile(*, memory_interval: float = 0.05, nvml: bool = True) -> Session:
     from .session import Session, SessionOptions
 
     return Session(SessionOptions(memory_interval=memory_interval, nvml=nvml), label="profile()")
+
+
+def merge(paths: Any) -> MergedResult:
+    """Merge the JSON reports of a multi-worker job's workers (report files, or folders of
+    ``*.tfdiag.json``): a result with a line per worker and the `straggler` finding, shown as
+    text (``summary()``), HTML and JSON (``to_json(path)``) as a run's result is."""
+    from .jobs.merged import merge as merge_reports
+
+    return merge_reports(paths)
 
 
 def load_ipython_extension(ipython: Any) -> None:

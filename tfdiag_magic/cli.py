@@ -1,4 +1,4 @@
-"""Command line: ``python -m tfdiag_magic profile SCRIPT.py``, ``demo`` and ``gpu``.
+"""Command line: ``python -m tfdiag_magic profile SCRIPT.py``, ``merge``, ``demo`` and ``gpu``.
 
 ``profile`` runs a script as ``python SCRIPT.py`` would (``__main__``, ``__file__``, ``sys.argv``,
 ``sys.path[0]``), under the same instrumentation as ``%%tfprofile`` (the loops of its top level
@@ -35,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--json",
         metavar="PATH",
-        help="where to write the JSON report (default: SCRIPT.tfdiag.json)",
+        help="where to write the JSON report: a file, or a folder (ending in /) to write"
+        " SCRIPT.tfdiag.json in, SCRIPT.worker-N.tfdiag.json for a worker of a multi-worker job"
+        " (default: beside the script)",
     )
     run.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
     run.add_argument(
@@ -51,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         help="where to write the HTML report (default: a temporary folder)",
     )
     demo.add_argument("--json", metavar="PATH", default=None, help="also write the JSON report")
+    merge = sub.add_parser(
+        "merge", help="merge the JSON reports of a multi-worker job's workers, find stragglers"
+    )
+    merge.add_argument("reports", nargs="+", help="report files, or folders of *.tfdiag.json")
+    merge.add_argument("--json", metavar="PATH", default=None, help="write the merged JSON report")
+    merge.add_argument("--html", metavar="PATH", default=None, help="write the merged HTML report")
     explain = sub.add_parser("explain", help="print the documentation of a finding code")
     explain.add_argument("code", nargs="?", help="a finding code; without one, list the codes")
     gpu = sub.add_parser("gpu", help="the GPU doctor: can TensorFlow use the GPU, and if not, why")
@@ -60,10 +68,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def explain_code(code: str | None) -> int:
     """Print a finding's documentation (or the list of codes); 2 for an unknown code."""
-    from .diagnose import UnknownCodeError, explain, rules
+    from .diagnose import UnknownCodeError, documented, explain
 
     if not code:
-        for rule in rules():
+        for rule in documented():
             print(f"{rule.CODE:28} {rule.TITLE}")
         return 0
     try:
@@ -82,6 +90,24 @@ def gpu_doctor(json_path: str | None) -> int:
     print(report.text())
     if json_path is not None:
         _write_report("JSON report", Path(json_path), report.to_json)
+    return 0
+
+
+def merge_reports(paths: list[str], json_path: str | None, html_path: str | None) -> int:
+    """Print the merged report of a job's workers; 2 where a path is no report."""
+    from .jobs.merged import merge
+    from .jobs.workers import NotAReportError
+
+    try:
+        merged = merge(paths)
+    except NotAReportError as exc:
+        print(f"tfdiag_magic: {exc}", file=sys.stderr)
+        return 2
+    print(merged.summary())
+    if json_path is not None:
+        _write_report("JSON report", Path(json_path), merged.to_json)
+    if html_path is not None:
+        _write_report("HTML report", Path(html_path), merged.write_html)
     return 0
 
 
@@ -233,6 +259,26 @@ def _write_report(what: str, path: Path, write: Any) -> None:
     print(f"{gap}{what}: {report_path(path)}")
 
 
+def _worker_suffix(result: ProfileResult) -> str:
+    """``.worker-1`` for a worker of a multi-worker job (``facts["worker"]``), else ""."""
+    record = result.record
+    worker = record.facts.get("worker") if record is not None else None
+    return f".{worker['task_type']}-{worker['task_index']}" if worker else ""
+
+
+def _output_path(given: str | None, script: Path, worker: str, suffix: str) -> Path:
+    """Where a report goes: the path given; in a folder given (an existing one, or a path
+    ending in ``/``), or beside the script without one, ``SCRIPT[.worker-N]SUFFIX``: every
+    worker of a job run with the same command writes its own file."""
+    name = f"{script.stem}{worker}{suffix}"
+    if not given:
+        return script.with_name(name)
+    path = Path(given)
+    if given.endswith(("/", os.sep)) or path.is_dir():
+        return path / name
+    return path
+
+
 def _syntax_error(error: SyntaxError) -> int:
     """Python's message for a script that does not compile (no traceback header), status 1."""
     # Without the profiler's frames that compiled it: Python shows only where the error is.
@@ -247,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         return explain_code(args.code)
     if args.command == "gpu":
         return gpu_doctor(args.json)
+    if args.command == "merge":
+        return merge_reports(args.reports, args.json, args.html)
     from .tf_runtime import TensorFlowMissingError
 
     try:
@@ -259,8 +307,11 @@ def main(argv: list[str] | None = None) -> int:
                 result, error = profile_script(args.script, args.args, instrument=not args.no_loops)
             except SyntaxError as exc:
                 return _syntax_error(exc)
-            json_path = Path(args.json) if args.json else script.with_suffix(".tfdiag.json")
-            html_path = Path(args.html) if args.html else None
+            worker = _worker_suffix(result)
+            json_path = _output_path(args.json, script, worker, ".tfdiag.json")
+            html_path = None
+            if args.html:
+                html_path = _output_path(args.html, script, worker, ".tfdiag.html")
             return _report(result, error, json_path, html_path)
         # demo: TensorFlow's C++ start-up lines would bury the report
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

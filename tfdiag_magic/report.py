@@ -21,12 +21,12 @@ SCHEMA = 1
 MAX_WARNINGS_IN_REPORT = 50
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe: NaN and infinities become null, NumPy scalars plain numbers."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -129,4 +129,4 @@ def build_report(
         "sweep": sweep,
         "stored_as": stored_as,
     }
-    return _clean(report)
+    return json_safe(report)

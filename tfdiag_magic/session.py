@@ -37,6 +37,7 @@ from .probes.memory import MemoryProbe
 from .probes.nvml_probe import NVMLProbe
 from .probes.optimizer_updates import OptimizerProbe
 from .probes.tf_functions import TFFunctionProbe
+from .probes.worker import WorkerProbe
 from .record import KINDS, TOOL_VERSION, Kind, LoopInfo, Record
 from .recorder import Recorder
 from .result import ProfileResult
@@ -120,6 +121,7 @@ class Session:
                 DeviceConfigProbe(),
                 HostConversionProbe(),
                 DatasetWaitProbe(),
+                WorkerProbe(),
                 NVMLProbe(self.options.nvml_interval if self.options.nvml else None),
             ]
             if self.loop_hooks is not None:

@@ -18,6 +18,7 @@ from .evidence import ProblemSink, problems_to, report_problem
 
 RULE_MODULES: tuple[str, ...] = (
     "oom",
+    "keras_multi_worker",
     "device_config_too_late",
     "nonfinite_loss",
     "no_learning",
@@ -40,8 +41,17 @@ RULE_MODULES: tuple[str, ...] = (
 )
 
 
+# Findings of a merged multi-worker job (`tfdiag_magic.jobs`), explained as a run's are.
+JOB_RULE_MODULES: tuple[str, ...] = ("tfdiag_magic.jobs.straggler",)
+
+
 def rules() -> list[ModuleType]:
     return [importlib.import_module(f"{__name__}.{name}") for name in RULE_MODULES]
+
+
+def documented() -> list[ModuleType]:
+    """Every finding's module, a run's and a merged job's, for `explain`."""
+    return rules() + [importlib.import_module(name) for name in JOB_RULE_MODULES]
 
 
 def codes() -> list[str]:
@@ -82,8 +92,8 @@ class UnknownCodeError(LookupError):
 def explain(code: str) -> str:
     """The documentation of the finding `code`, as text."""
     wanted = code.strip().lower().replace("_", "-")
-    for rule in rules():
+    for rule in documented():
         if wanted == rule.CODE:
             return f"# {rule.CODE}: {rule.TITLE}\n\n{rule.DOC.strip()}\n"
-    known = ", ".join(codes())
+    known = ", ".join(rule.CODE for rule in documented())
     raise UnknownCodeError(f"no finding has the code {code!r}; the codes are: {known}")

@@ -65,7 +65,15 @@ def headline(report: dict[str, Any]) -> str:
     if error:
         where = f" at {error['phase']} step {error['step']}" if error.get("phase") else ""
         line += f"; stopped by {error['type']}{where}"
+    worker = (report.get("environment") or {}).get("worker")
+    if worker:
+        line = f"{worker_name(worker)} of a {worker['workers']}-worker job: {line}"
     return line
+
+
+def worker_name(worker: dict[str, Any]) -> str:
+    """``worker 1``, ``chief 0``: a worker of a multi-worker job by its task type and index."""
+    return f"{worker['task_type']} {worker['task_index']}"
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -165,7 +173,7 @@ def render_text(report: dict[str, Any]) -> str:
         out.append("")
         out.append(f"Findings ({len(report['findings'])}), most important first:")
         for index, f in enumerate(report["findings"]):
-            out.extend(_finding_lines(index, f, report))
+            out.extend(finding_lines(index, f, report))
         if report.get("combined_rewrite"):
             out.append("")
             out.append("Every fix in one cell (result.combined_rewrite), root causes first:")
@@ -190,7 +198,12 @@ def _evidence_text(evidence: dict[str, Any]) -> str:
         if value is None or value == [] or value == {}:
             continue
         if isinstance(value, dict):
-            value = ", ".join(f"{k}: {evidence_value(str(k), v)}" for k, v in value.items())
+            # Keyed by measures (`*_s`), in their own unit; by names ("worker 1"), in the unit
+            # of the evidence's own key.
+            value = ", ".join(
+                f"{k}: {evidence_value(str(k) if '_' in str(k) else key, v)}"
+                for k, v in value.items()
+            )
         elif isinstance(value, list):
             value = ", ".join(evidence_value(key, v) for v in value)
         else:
@@ -199,7 +212,7 @@ def _evidence_text(evidence: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _finding_lines(index: int, finding: dict[str, Any], report: dict[str, Any]) -> list[str]:
+def finding_lines(index: int, finding: dict[str, Any], report: dict[str, Any]) -> list[str]:
     cause = finding.get("caused_by")
     if cause:  # a consequence, shown under its cause
         lines = [

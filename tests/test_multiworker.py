@@ -1,0 +1,125 @@
+"""Multi-worker jobs for real: `MultiWorkerMirroredStrategy` workers started as separate
+processes on localhost (free ports, a `TF_CONFIG` each, CPU only), each under
+``python -m tfdiag_magic profile``, then merged: healthy (no straggler), one worker's input
+slowed on purpose (the straggler finding names it), and Keras 3's fit under the strategy (the
+finding that says it does not run there, and the two ways out)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tfdiag_magic
+from tests.job_support import run_job
+from tfdiag_magic.jobs.workers import NotAReportError
+
+pytestmark = pytest.mark.job  # several processes: kept apart from `make test-fast`
+
+STEPS = 200  # three windows of the input measure (read every 64 steps)
+
+
+def _merged(tmp_path: Path, slow: dict[int, dict[str, str]]):
+    runs = run_job(
+        "worker_ctl.py",
+        tmp_path,
+        env_of={i: {"STEPS": str(STEPS), **slow.get(i, {})} for i in range(2)},
+    )
+    for run in runs:
+        assert run.returncode == 0, run.output[-3000:]
+        assert "worker done" in run.output
+        assert f"JSON report: reports/worker_ctl.worker-{run.index}.tfdiag.json" in run.output
+        assert f"worker {run.index} of a 2-worker job" in run.output
+    return tfdiag_magic.merge(tmp_path / "reports")
+
+
+def test_a_healthy_job_has_no_straggler(tmp_path):
+    merged = _merged(tmp_path, {})
+    assert [w.name for w in merged.workers] == ["worker 0", "worker 1"]
+    assert merged.findings == [], merged.summary()
+    for worker in merged.workers:
+        assert worker.steps == STEPS
+        assert worker.input_wait_share is not None and worker.input_wait_share < 0.2, worker
+        assert len(worker.input_series) >= 3
+    report = json.loads(merged.to_json())
+    assert [w["task_index"] for w in report["workers"]] == [0, 1]
+    assert report["findings"] == []
+    assert "no worker held the others back" in merged.summary()
+
+
+def test_the_worker_with_a_slow_input_is_named_the_straggler(tmp_path):
+    merged = _merged(tmp_path, {1: {"SLOW_INPUT_S": "0.02"}})
+    (finding,) = merged.findings
+    assert finding.code == "straggler"
+    ev = finding.evidence
+    assert (ev["task_type"], ev["task_index"], ev["worker"]) == ("worker", 1, "worker 1")
+    assert ev["input_wait_share"] >= 0.4 and ev["input_wait_share_of"]["worker 0"] < 0.2
+    assert ev["windows"] >= 2 and ev["windows_held"] == ev["windows"]
+    assert ev["from_step"] is not None and ev["from_step"] <= 70
+    assert "input-bound" in ev["its_findings"]
+    # Synchronous steps: both workers' steps last about as long; the waits tell them apart.
+    steps = ev["median_step_s"]
+    assert 0.5 <= steps["worker 0"] / steps["worker 1"] <= 2.0, steps
+    # The command line: text, JSON with the workers, HTML with the Workers table and the plot.
+    out = tmp_path / "merged.json"
+    page = tmp_path / "merged.html"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdiag_magic",
+            "merge",
+            "reports",
+            "--json",
+            str(out),
+            "--html",
+            str(page),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "straggler: worker 1 waits for its input" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["schema"] == 1 and [f["code"] for f in report["findings"]] == ["straggler"]
+    assert report["findings"][0]["evidence"]["task_index"] == 1
+    assert {w["name"]: w["findings"] for w in report["workers"]}["worker 1"] == ["input-bound"]
+    html = page.read_text()
+    assert "Workers (2)" in html and html.count("<polyline") == 2
+
+
+def test_keras_fit_under_the_strategy_is_named_with_the_ways_out(tmp_path):
+    runs = run_job("worker_fit.py", tmp_path)
+    for run in runs:
+        assert run.returncode == 1, run.output[-3000:]
+        assert "Attempt to convert a value (PerReplica" in run.output  # the user's own error
+        report = json.loads(
+            (tmp_path / "reports" / f"worker_fit.worker-{run.index}.tfdiag.json").read_text()
+        )
+        (finding,) = [f for f in report["findings"] if f["code"] == "keras-multi-worker-fit"]
+        assert finding["severity"] == "error"
+        assert finding["evidence"]["worker"] == f"worker {run.index}"
+        assert "TF_USE_LEGACY_KERAS=1" in finding["fix"] and "custom loop" in finding["fix"]
+
+
+def test_merge_says_clearly_what_is_not_a_report(tmp_path):
+    (tmp_path / "notes.tfdiag.json").write_text("{not json")
+    with pytest.raises(NotAReportError, match="not a readable JSON report"):
+        tfdiag_magic.merge(tmp_path)
+    (tmp_path / "empty").mkdir()
+    for given, message in (("empty", "no reports (*.tfdiag.json) in"), ("gone", "no such file")):
+        done = subprocess.run(
+            [sys.executable, "-m", "tfdiag_magic", "merge", str(tmp_path / given)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

@@ -198,19 +198,7 @@ def profiled_output_sizes(nb: Any) -> dict[int, int]:
     }
 
 
-def size_params() -> list[Any]:
-    xfail = pytest.mark.xfail(
-        strict=True,
-        reason="the package's display of a result (views/dashboard.py dashboard_bundle -> "
-        "static_bundle) stores a text/html copy with two base64 PNG plots, ~150 KB a cell",
-    )
-    return [
-        pytest.param(path, id=path.stem, marks=[xfail] if profiled_output_sizes(read(path)) else [])
-        for path in notebook_paths()
-    ]
-
-
-@pytest.mark.parametrize("path", size_params())
+@pytest.mark.parametrize("path", notebook_paths(), ids=lambda p: p.stem)
 def test_saved_output_of_a_profiled_cell_is_small(path: Path, kernels: Path):
     if path not in _solved_runs:
         nb = solved(path)

@@ -108,6 +108,20 @@ def png_bytes(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
+def compact_png(png: bytes, colors: int = 32) -> bytes:
+    """`png` at half its width and height (the plots are drawn for high-density screens) and
+    in `colors` colors (they use a handful): the copy a notebook saves in its output, a fifth to
+    a tenth of the bytes."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png))
+    half = image.resize((max(image.width // 2, 1), max(image.height // 2, 1)), Image.LANCZOS)
+    small = half.quantize(colors=colors, method=Image.Quantize.FASTOCTREE)
+    buffer = io.BytesIO()
+    small.save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
 def use_log(log: bool | None, values: np.ndarray) -> bool:
     """None: log scale when the largest step is over 20 times the median (a tracing spike)."""
     if log is not None:

@@ -390,10 +390,17 @@ def static_bundle(
     plots: dict[str, bytes | None] | None = None,
     report: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The static views of a result: HTML (plots as images) and the text report."""
+    """The static views of a result: HTML (plots as images) and the text report. This is the
+    copy a notebook saves in its output (and shows where widgets cannot): its plots are
+    compact PNGs (`compact_png`), so that a saved profiled cell stays small."""
     record = result.finished_record()
     report = report if report is not None else result.report()
+    from .dash_plots import compact_png
+    from .html import static_plots
     from .text import render_text
+
+    full = plots if plots is not None else static_plots(record)
+    plots = {name: compact_png(png) if png else png for name, png in full.items()}
 
     return {
         "text/plain": render_text(report),

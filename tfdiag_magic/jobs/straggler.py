@@ -54,7 +54,8 @@ differ, balance them.
 The straggler's input wait share exceeds every other worker's by 20 points of its training
 time, in 75% of the aligned windows where windows were measured. Measured here
 (`tests/test_multiworker.py`, two workers on localhost): a worker whose pipeline sleeps 20 ms
-a batch waited 65-66% of its time, the other 1-2%; two healthy workers both waited under 5%.
+a batch waited 66-68% of its time, the other 0.5-1.5%; two healthy workers both waited under
+1.5%.
 """
 # The straggler's input wait exceeds the other workers' (the largest of them) by this share of
 # its training time: two healthy workers of the same job differ by a few points.

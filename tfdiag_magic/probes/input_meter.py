@@ -16,6 +16,7 @@ from typing import Any
 _LONGEST_CYCLE_S = 5.0
 _READ_EVERY = 64  # elements between reads of the model; it keeps the last 100 gaps
 _GAP_WINDOW = 100
+_PEEKED_MOST = 8  # elements an iterator may have handed out before its first step
 _SERIES_KEPT = 2_000  # reads of the model kept in `series`: 128,000 steps at one a step
 
 
@@ -50,6 +51,7 @@ class InputWaitMeter:
         self._n = 0
         self._pending = 0
         self._consumed = 0
+        self._extra: int | None = None  # elements taken other than by the steps (see `_read`)
         # (wait, span, elements) measured on the first iterator, taken when a second begins
         self.first_epoch: tuple[float, float, int] | None = None
         self.steps = 0  # steps done on every iterator, measured or not
@@ -73,6 +75,7 @@ class InputWaitMeter:
         self._n = 0
         self._pending = 0
         self._consumed = 0
+        self._extra = None
 
     def flush(self) -> None:
         """Read the model for the cycles since the last read (the run is over: no ``GetNext``
@@ -110,8 +113,20 @@ class InputWaitMeter:
         import tensorflow as tf
 
         try:
-            gaps = tf.data.experimental.get_model_proto(self._owned).gap_times
+            model = tf.data.experimental.get_model_proto(self._owned)
+            gaps, taken = model.gap_times, model.nodes[model.output].num_elements
         except Exception:  # autotune off for this dataset, or an iterator of another kind
+            self._owned = None
+            return
+        # The elements the iterator handed out must be the steps' own, less the few taken
+        # before the first measured step (a batch peeked at to build the model): a step that
+        # takes two (a GAN's two batches, a Python next() in the loop besides) would line the
+        # gaps up with the wrong cycles and read a wait that is not there. Such an iterator is
+        # measured no more; what was measured while it lined up is kept.
+        extra = taken - self._consumed
+        if self._extra is None and 0 <= extra <= _PEEKED_MOST:
+            self._extra = extra
+        if extra != self._extra:
             self._owned = None
             return
         self.reads += 1

@@ -44,7 +44,17 @@ class Reading:
     hint: str
 
 
-EXERCISES: dict[str, Exercise | Reading] = {
+@dataclass(frozen=True)
+class JobExercise:
+    """An exercise on a multi-worker job: the merged result (`tfdiag_magic.merge`) stored in
+    `run` must have every worker finished and the job's finding `resolves` gone."""
+
+    run: str
+    resolves: str
+    hint: str
+
+
+EXERCISES: dict[str, Exercise | Reading | JobExercise] = {
     "00-compile-the-loop": Exercise(
         run="practice_after",
         baseline="practice_before",
@@ -129,6 +139,13 @@ EXERCISES: dict[str, Exercise | Reading] = {
         "gpu.facts['nvml'] has 'available' and 'devices'. The TensorFlow section says "
         "whether the build has CUDA: gpu.facts['tensorflow']['built_with_cuda'].",
     ),
+    "08-unblock-the-job": JobExercise(
+        run="my_job",
+        resolves="straggler",
+        hint="Start the job as the slow one was started (worker 1 still with SLOW_INPUT_S), "
+        'and give worker 1 the cache too: {"STEPS": "200", "SLOW_INPUT_S": "0.02", '
+        '"CACHE_INPUT": "1"}. Then merge its reports into my_job.',
+    ),
 }
 
 
@@ -158,8 +175,13 @@ def check(exercise: str, namespace: dict[str, Any] | None = None) -> Grade:
     spec = EXERCISES[exercise]
     grade = Grade(exercise, False)
     try:
-        judge = _judge_reading if isinstance(spec, Reading) else _judge
-        grade.solved, grade.lines = judge(spec, _user_namespace(namespace))
+        namespace = _user_namespace(namespace)
+        if isinstance(spec, Reading):
+            grade.solved, grade.lines = _judge_reading(spec, namespace)
+        elif isinstance(spec, JobExercise):
+            grade.solved, grade.lines = _judge_job(spec, namespace)
+        else:
+            grade.solved, grade.lines = _judge(spec, namespace)
     except Exception as error:  # a check must answer, whatever state the kernel is in
         grade.lines = [f"the check could not read your run ({type(error).__name__}: {error})"]
     if not grade.solved:
@@ -175,6 +197,25 @@ def _user_namespace(namespace: dict[str, Any] | None) -> dict[str, Any]:
 
     shell = get_ipython()
     return shell.user_ns if shell is not None else {}
+
+
+def _judge_job(spec: JobExercise, namespace: dict[str, Any]) -> tuple[bool, list[str]]:
+    job = namespace.get(spec.run)
+    if type(job).__name__ != "MergedResult":
+        return False, [f"run your cell above first: it stores the merged job as `{spec.run}`."]
+    for worker in job.workers:
+        if worker.report.get("error"):
+            return False, [f"{worker.name} stopped with {worker.report['error']['type']}."]
+    steps = {worker.steps for worker in job.workers}
+    if len(job.workers) < 2 or len(steps) != 1:
+        return False, [f"the job's workers ran {sorted(steps)} steps: run every worker to the end."]
+    found = {f.code: f for f in job.findings}
+    if spec.resolves in found:
+        return False, [f"`{spec.resolves}` is still there: {found[spec.resolves].title}."]
+    waits = ", ".join(
+        f"{w.name} {w.input_wait_share:.0%}" for w in job.workers if w.input_wait_share is not None
+    )
+    return True, [f"`{spec.resolves}` is gone; input wait per worker: {waits}."]
 
 
 def _is_run(value: Any) -> bool:

@@ -15,11 +15,19 @@ from IPython.core.error import UsageError
 
 from tests.diagnosis_support import TABULAR, the
 from tests.helpers import profiled
-from tfdiag_magic.diagnose import RULE_MODULES, UnknownCodeError, codes, diagnose, explain, rules
+from tfdiag_magic.diagnose import (
+    RULE_MODULES,
+    UnknownCodeError,
+    codes,
+    diagnose,
+    documented,
+    explain,
+)
 from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Record
 
 CODES = [
     "oom",
+    "keras-multi-worker-fit",
     "device-config-too-late",
     "nonfinite-loss",
     "no-learning",
@@ -40,12 +48,14 @@ CODES = [
     "memory-growth-disabled",
     "mixed-precision-available",
 ]
+JOB_CODES = ["straggler"]  # findings of a merged multi-worker job
 
 
 def test_every_code_has_a_rule_with_its_documentation_and_threshold():
     assert sorted(codes()) == sorted(CODES)
     assert len(RULE_MODULES) == len(CODES)
-    for rule in rules():
+    assert [rule.CODE for rule in documented()] == codes() + JOB_CODES
+    for rule in documented():
         assert rule.__name__.rsplit(".", 1)[-1].replace("_", "-") == rule.CODE
         assert rule.TITLE and rule.TITLE[0].isupper()
         for section in ("## What it detects", "## Why it hurts", "## Evidence we show"):
@@ -55,7 +65,7 @@ def test_every_code_has_a_rule_with_its_documentation_and_threshold():
         assert callable(rule.check)
 
 
-@pytest.mark.parametrize("code", CODES)
+@pytest.mark.parametrize("code", CODES + JOB_CODES)
 def test_explain_prints_the_documentation_of_each_code(code):
     text = explain(code)
     assert text.startswith(f"# {code}: ")
@@ -121,7 +131,7 @@ def test_explain_command_without_a_code_lists_every_code():
     done = run_cli("explain")
     assert done.returncode == 0, done.stderr
     listed = [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
-    assert listed == codes()
+    assert listed == codes() + JOB_CODES
 
 
 # -- findings in the report -----------------------------------------------------------------

@@ -311,14 +311,17 @@ def test_python_m_tfdiag_magic_profile_ends_as_python_script(name: str, tmp_path
 def test_a_report_file_that_cannot_be_written_is_one_line_and_keeps_the_exit_status(
     tmp_path, capsys, monkeypatch
 ):
-    """--json naming a folder: one stderr line says why, the report text still prints, and the
-    status is the script's own; --html under ~ and a missing folder is written there."""
+    """--json inside a path that is a file: one stderr line says why, the report text still
+    prints, and the status is the script's own; --html under ~ and a missing folder is written
+    there."""
     script = _script(tmp_path, "exit-3")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken").write_text("a file, not a folder")
     capsys.readouterr()
-    status = cli.main(["profile", "--json", "taken", "--html", "~/new/r.html", f"./{script.name}"])
+    status = cli.main(
+        ["profile", "--json", "taken/r.json", "--html", "~/new/r.html", f"./{script.name}"]
+    )
     out, err = capsys.readouterr()
     assert status == 3
     problems = [line for line in err.splitlines() if line.startswith("tfdiag_magic:")]
@@ -327,3 +330,24 @@ def test_a_report_file_that_cannot_be_written_is_one_line_and_keeps_the_exit_sta
     written = tmp_path / "home" / "new" / "r.html"
     assert written.is_file() and f"HTML report: {written}" in out
     assert not (tmp_path / "~").exists()
+
+
+def test_a_folder_given_for_the_reports_gets_them_named_after_the_script(tmp_path, monkeypatch):
+    """--json and --html naming a folder (existing, or ending in /) write SCRIPT.tfdiag.json
+    and SCRIPT.tfdiag.html in it; a worker of a multi-worker job adds its name."""
+    script = _script(tmp_path, "exit-3")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").mkdir()
+    assert cli.main(["profile", "--json", "reports", "--html", "pages/", script.name]) == 3
+    assert (tmp_path / "reports" / f"{script.stem}.tfdiag.json").is_file()
+    assert (tmp_path / "pages" / f"{script.stem}.tfdiag.html").is_file()
+    config = '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}'
+    monkeypatch.setenv("TF_CONFIG", config)
+    assert cli.main(["profile", "--json", "reports/", script.name]) == 3
+    report = json.loads((tmp_path / "reports" / f"{script.stem}.worker-1.tfdiag.json").read_text())
+    assert report["environment"]["worker"] == {
+        "task_type": "worker",
+        "task_index": 1,
+        "workers": 2,
+        "source": "TF_CONFIG",
+    }

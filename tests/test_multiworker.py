@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import tfdiag_magic
-from tests.job_support import run_job
+from tests.job_support import CUSTOM_LOOP, KERAS_FIT
+from tfdiag_magic.jobs.local import run_local_job
 from tfdiag_magic.jobs.workers import NotAReportError
 
 pytestmark = pytest.mark.job  # several processes: kept apart from `make test-fast`
@@ -23,8 +24,8 @@ STEPS = 200  # three windows of the input measure (read every 64 steps)
 
 
 def _merged(tmp_path: Path, slow: dict[int, dict[str, str]]):
-    runs = run_job(
-        "worker_ctl.py",
+    runs = run_local_job(
+        CUSTOM_LOOP,
         tmp_path,
         env_of={i: {"STEPS": str(STEPS), **slow.get(i, {})} for i in range(2)},
     )
@@ -95,7 +96,7 @@ def test_the_worker_with_a_slow_input_is_named_the_straggler(tmp_path):
 
 
 def test_keras_fit_under_the_strategy_is_named_with_the_ways_out(tmp_path):
-    runs = run_job("worker_fit.py", tmp_path)
+    runs = run_local_job(KERAS_FIT, tmp_path)
     for run in runs:
         assert run.returncode == 1, run.output[-3000:]
         assert "Attempt to convert a value (PerReplica" in run.output  # the user's own error

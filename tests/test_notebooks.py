@@ -60,6 +60,11 @@ EXPECTED_FINDINGS: dict[str, dict[str, str]] = {
     "05_batch_size.ipynb": {"one_by_one": "small-batch"},
     "06_memory.ipynb": {"too_big": "oom"},
     "07_gpu_doctor.ipynb": {},
+    "08_multi_worker.ipynb": {},
+}
+# Merged multi-worker jobs (tfdiag_magic.merge -> NAME) and the job findings each must show.
+EXPECTED_JOBS: dict[str, dict[str, list[str]]] = {
+    "08_multi_worker.ipynb": {"healthy": [], "slow": ["straggler"]},
 }
 # For each notebook, the comparisons (run NAME: finding code) whose fix must resolve the finding.
 EXPECTED_RESOLVED: dict[str, dict[str, str]] = {
@@ -75,6 +80,7 @@ EXPECTED_RESOLVED: dict[str, dict[str, str]] = {
     "05_batch_size.ipynb": {"larger": "small-batch"},
     "06_memory.ipynb": {},
     "07_gpu_doctor.ipynb": {},
+    "08_multi_worker.ipynb": {},
 }
 
 # Sweeps (run NAME: the values it must have run, all completed).
@@ -115,6 +121,11 @@ def _tfdiag_report():
     for _name, _value in list(globals().items()):
         if type(_value).__name__ == "GPUReport" and not _name.startswith("_"):
             runs[_name] = {{"gpu_verdict": _value.verdict, "gpu_problems": _value.codes}}
+        if type(_value).__name__ == "MergedResult" and not _name.startswith("_"):
+            runs[_name] = {{
+                "job_findings": [f.code for f in _value.findings],
+                "workers": [(w.name, w.steps) for w in _value.workers],
+            }}
     import resource
     runs["_kernel_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return runs
@@ -275,6 +286,12 @@ def test_notebook_runs_clean_and_tells_its_story_and_runs_twice(path: Path, kern
         assert sweep is not None, f"{name} is not a sweep"
         assert sweep["values"] == values and set(sweep["statuses"]) == {"ok"}, sweep
         assert sweep["recommended"] in values, sweep
+
+    for name, codes in EXPECTED_JOBS.get(path.name, {}).items():
+        job = runs.get(name)
+        assert job is not None, f"no merged job named {name}; runs: {sorted(runs)}"
+        assert job["job_findings"] == codes, f"{name}: {job['job_findings']}, expected {codes}"
+        assert len({steps for _, steps in job["workers"]}) == 1, job["workers"]
 
     for name in EXPECTED_GPU_REPORTS.get(path.name, []):
         assert runs.get(name, {}).get("gpu_verdict"), f"no GPU doctor verdict in {name}"

@@ -18,7 +18,7 @@ from .evidence import ProblemSink, problems_to, report_problem
 
 RULE_MODULES: tuple[str, ...] = (
     "oom",
-    "keras_multi_worker",
+    "keras_multi_worker_fit",
     "device_config_too_late",
     "nonfinite_loss",
     "no_learning",

@@ -87,7 +87,7 @@ def write_tensorboard(logdir: str | os.PathLike[str], record: Record) -> Path:
 def _series_writer(tf: Any, metadata: bytes) -> Any:
     """A function that writes one series, a scalar per step, to the default writer.
 
-    A graph loop: a scalar costs about a tenth of an eager `tf.summary.write` call's time
+    A graph loop: a scalar costs a tenth or less of an eager `tf.summary.write` call's time
     (benchmarks/export_cost.py).
     Made anew for each writer, since a traced function keeps the writer it was traced with.
     """

@@ -41,6 +41,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
     run.add_argument(
+        "--tensorboard",
+        metavar="LOGDIR",
+        help="also write the per-step series as TensorBoard"
+        " scalars (tfdiag/step_time_s, tfdiag/loss...) to an event file in LOGDIR",
+    )
+    run.add_argument(
+        "--chrome-trace",
+        metavar="PATH",
+        help="also write the run's timeline as Trace Event"
+        " JSON, for ui.perfetto.dev or chrome://tracing",
+    )
+    run.add_argument(
         "--no-loops",
         action="store_true",
         help="do not record the iterations of the script's loops (its functions' included)",
@@ -312,7 +324,12 @@ def main(argv: list[str] | None = None) -> int:
             html_path = None
             if args.html:
                 html_path = _output_path(args.html, script, worker, ".tfdiag.html")
-            return _report(result, error, json_path, html_path)
+            status = _report(result, error, json_path, html_path)
+            if args.tensorboard:
+                _write_report("TensorBoard scalars", Path(args.tensorboard), result.to_tensorboard)
+            if args.chrome_trace:
+                _write_report("Chrome trace", Path(args.chrome_trace), result.to_chrome_trace)
+            return status
         # demo: TensorFlow's C++ start-up lines would bury the report
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         out_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "tfdiag_magic"

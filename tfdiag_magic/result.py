@@ -151,6 +151,23 @@ class ProfileResult:
 
         return write_text_atomic(path, self.to_html(full_page=True))
 
+    def to_chrome_trace(
+        self, path: str | Path, pid: int = 0, process_name: str | None = None
+    ) -> Path:
+        """Write the run's timeline (steps, input waits, tracings, GC pauses, memory) as Trace
+        Event JSON for Perfetto or chrome://tracing, as `to_json` writes; returns the path."""
+        from .export.chrome_trace import chrome_trace_events, trace_metadata, write_chrome_trace
+
+        record = self.finished_record()
+        events = chrome_trace_events(record, pid, process_name or self.label or "tfdiag_magic")
+        return write_chrome_trace(path, events, trace_metadata(record, self.label))
+
+    def to_tensorboard(self, logdir: str | Path) -> Path:
+        """Write the per-step series as TensorBoard scalars (``tfdiag/...``) to `logdir`."""
+        from .export.tensorboard import write_tensorboard
+
+        return write_tensorboard(logdir, self.finished_record())
+
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         if cycle or self.record is None:
             printer.text("<ProfileResult (running)>")

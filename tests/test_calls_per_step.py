@@ -23,7 +23,13 @@ _SPEC.loader.exec_module(bench)
 
 @pytest.fixture(scope="module")
 def shell():
-    return bench.shell_with_workloads()
+    """The process's shell with the live view off while these tests count; on again after, as
+    later tests in the process expect it (the shell is the process's one instance)."""
+    shell = bench.shell_with_workloads()
+    try:
+        yield shell
+    finally:
+        shell.run_line_magic("config", "TFProfile.live = True")
 
 
 @pytest.mark.parametrize("workload", list(bench.WORKLOADS))

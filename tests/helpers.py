@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 
 def run_cell(ip, source: str):
     """Run a cell as IPython would and return its ExecutionResult."""
@@ -12,3 +18,23 @@ def profiled(ip, body: str, options: str = "-q -o r"):
     """Run ``%%tfprofile OPTIONS`` over `body`; return (ExecutionResult, ProfileResult)."""
     result = run_cell(ip, f"%%tfprofile {options}\n{body}")
     return result, ip.user_ns.get("r")
+
+
+def profiled_script(folder: Path, name: str, source: str) -> tuple[dict, str, Path]:
+    """Profile `source` as the script `folder/name` in a process of its own (``python -m
+    tfdiag_magic profile``): memory measures that depend on what a process did before (freed
+    memory reused, kernels cached) start fresh. Returns (JSON report, stdout, script path);
+    fails the test, with the script's stderr, if it did not exit 0."""
+    script = folder / name
+    script.write_text(source)
+    report_path = folder / f"{script.stem}.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tfdiag_magic", "profile", "--json", str(report_path), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(report_path.read_text()), done.stdout, script

@@ -8,15 +8,10 @@ Real TensorFlow and Keras in the test's IPython shell, nothing mocked.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from tests.diagnosis_support import assert_healthy, codes, listing, problems
-from tests.helpers import profiled
+from tests.helpers import profiled, profiled_script
 
 MIB = 1 << 20
 
@@ -90,23 +85,12 @@ def test_one_epoch_over_an_in_memory_cache_is_not_called_a_leak(tmp_path):
     # The cache fills during its only pass, in step with the batches: 6,000 images of
     # 48x48x3 float32 are 158 MiB. Run as a script in a process of its own: a test process
     # that freed more than that before reuses the memory, and its RSS need not rise.
-    script = tmp_path / "one_epoch_cache.py"
-    script.write_text(ONE_EPOCH_CACHE)
-    report_path = tmp_path / "report.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "tfdiag_magic", "profile", "--json", str(report_path), str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    findings = json.loads(report_path.read_text())["findings"]
-    assert not [f for f in findings if f["severity"] != "info"], done.stdout
+    report, stdout, _ = profiled_script(tmp_path, "one_epoch_cache.py", ONE_EPOCH_CACHE)
+    findings = report["findings"]
+    assert not [f for f in findings if f["severity"] != "info"], stdout
     growth = [f for f in findings if f["code"] == "host-memory-growth"]
     # The growth is seen (RSS or the CPU allocator's bytes), and said with its reason.
-    assert growth, f"the cache's growth was not seen:\n{done.stdout}"
+    assert growth, f"the cache's growth was not seen:\n{stdout}"
     assert growth[0]["evidence"]["single_pass_over_memory_cache"] is True
     assert growth[0]["evidence"]["growth_bytes"] >= 64 * MIB
     assert "cache" in growth[0]["detail"]

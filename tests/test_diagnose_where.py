@@ -8,10 +8,6 @@ itself also on records built by hand.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from tests.diagnosis_support import assert_silent, listing, the
-from tests.helpers import profiled
+from tests.helpers import profiled, profiled_script
 from tfdiag_magic.cli import profile_script
 from tfdiag_magic.diagnose import host_memory_growth
 from tfdiag_magic.diagnose.eager_kernels import kernel_per_call_calls
@@ -149,22 +145,10 @@ def test_eager_random_op_under_a_global_seed_is_named_as_the_cause(tmp_path):
     # in a process of its own: in a process that ran the same calls before, the kernels are
     # cached already, and one that freed more memory than they take reuses it (RSS stays flat;
     # the CPU allocator's count, on oneDNN, does not see kernels).
-    script = tmp_path / "seeded.py"
-    script.write_text(SEEDED_SETUP + SEEDED_LOOP)
-    report_path = tmp_path / "seeded.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "tfdiag_magic", "profile", "--json", str(report_path), str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(report_path.read_text())
+    report, stdout, script = profiled_script(tmp_path, "seeded.py", SEEDED_SETUP + SEEDED_LOOP)
     assert report["environment"]["global_seed"] == 42
     found = [f for f in report["findings"] if f["code"] == "host-memory-growth"]
-    assert len(found) == 1, done.stdout
+    assert len(found) == 1, stdout
     (f,) = found
     ev = f["evidence"]
     lines = script.read_text().splitlines()

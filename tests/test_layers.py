@@ -47,13 +47,14 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "gpu",
     ),
     # Pure functions of a record: findings, rewrites of the cell, comparisons, the JSON report.
-    "analysis": ("diagnose", "rewrite", "experiments", "report"),
+    # Also a record's exports, and a multi-worker job's reports read back and diagnosed.
+    "analysis": ("diagnose", "rewrite", "experiments", "report", "export", "jobs"),
     # A run from start to result.
     "result": ("result", "session"),
     # What the user sees.
-    "views": ("views", "gpu.render", "gpu.report"),
+    "views": ("views", "gpu.render", "gpu.report", "jobs.merged"),
     # Entry points: the extension, the magics, the command line.
-    "front": ("", "magics", "cli", "gpu.magic", "__main__"),
+    "front": ("", "magics", "cli", "gpu.magic", "__main__", "jobs.local"),
 }
 ORDER = list(LAYERS)
 

@@ -319,31 +319,36 @@ def _keras_generator(record: Record, source: str | None) -> Finding | None:
     return with_rewrite(finding, source, first_rewrite(source, (tune_input_pipeline, {})))
 
 
+IN_RUN_HOW = "in-run: the iterator's tf.data model (gaps between GetNext calls)"
+
+
+def _beyond_ready(wait: float, span: float, elements: int) -> tuple[float, float] | None:
+    """(share of `span`, seconds) that `elements` GetNext calls blocked beyond what taking a
+    ready element costs; None where too little was measured."""
+    if math.isnan(wait) or span <= 0 or elements < 5:
+        return None
+    # A GetNext on a ready element also takes a little time (10-60 us measured here).
+    waited = max(wait - READY_ELEMENT_S * elements, 0.0)
+    return waited / span, waited
+
+
 def _in_run_wait(call) -> tuple[float, float] | None:
     """The share of a fit's measured training cycles its steps spent blocked on the next
     batch, beyond what taking a ready batch costs, and those seconds (None: not measured)."""
-    if call.api != "fit" or math.isnan(call.input_wait) or call.input_span <= 0:
+    if call.api != "fit":
         return None
-    if call.input_elements < 5:
-        return None
-    # A GetNext on a ready element also takes a little time (10-60 us measured here).
-    waited = max(call.input_wait - READY_ELEMENT_S * call.input_elements, 0.0)
-    return waited / call.input_span, waited
+    return _beyond_ready(call.input_wait, call.input_span, call.input_elements)
 
 
 def _after_cache_filled(call) -> tuple[float, float] | None:
     """`_in_run_wait` over the epochs after the first: a pipeline that caches runs its work
     before the cache once, in the first epoch, and reads memory after it. None where no later
     epoch was measured."""
-    if math.isnan(call.first_epoch_wait) or call.input_elements - call.first_epoch_elements < 5:
-        return None
-    elements = call.input_elements - call.first_epoch_elements
-    span = call.input_span - call.first_epoch_span
-    if span <= 0:
-        return None
-    wait = call.input_wait - call.first_epoch_wait
-    waited = max(wait - READY_ELEMENT_S * elements, 0.0)
-    return waited / span, waited
+    return _beyond_ready(
+        call.input_wait - call.first_epoch_wait,
+        call.input_span - call.first_epoch_span,
+        call.input_elements - call.first_epoch_elements,
+    )
 
 
 def _keras_dataset(record: Record, source: str | None) -> Finding | None:
@@ -387,7 +392,7 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
         "median_step_s": rounded(step),
         "training_steps_per_s": rounded(1 / cycle if cycle > 0 else None),
         "fires_at_wait_share": MIN_SHARE,
-        "how": "in-run: the iterator's tf.data model (gaps between GetNext calls)",
+        "how": IN_RUN_HOW,
     }
     finding = Finding(
         code=CODE,
@@ -421,10 +426,10 @@ def _function_iterator(record: Record, source: str | None) -> Finding | None:
     their time blocked on the next element, measured in-run from the iterator's tf.data model."""
     best = None
     for function in record.functions:
-        if function.input_elements < 5 or math.isnan(function.input_wait):
+        measured = _beyond_ready(function.input_wait, function.input_span, function.input_elements)
+        if measured is None:
             continue
-        waited = max(function.input_wait - READY_ELEMENT_S * function.input_elements, 0.0)
-        ratio = waited / function.input_span if function.input_span > 0 else 0.0
+        ratio, waited = measured
         if ratio >= MIN_SHARE and waited >= MIN_WAIT and (best is None or ratio > best[1]):
             best = (function, ratio, waited)
     if best is None:
@@ -442,7 +447,7 @@ def _function_iterator(record: Record, source: str | None) -> Finding | None:
         "wait_s_per_call": rounded(per_call),
         "cycle_s_per_call": rounded(cycle),
         "fires_at_wait_share": MIN_SHARE,
-        "how": "in-run: the iterator's tf.data model (gaps between GetNext calls)",
+        "how": IN_RUN_HOW,
     }
     finding = Finding(
         code=CODE,

@@ -111,3 +111,18 @@ def test_the_band_leaves_the_users_random_state_alone():
     rng = np.random.default_rng(2)
     interval_band(1.2, rng.random(100), rng.random(100))
     assert np.array_equal(np.random.random(3), expected)
+
+
+def test_the_same_cell_is_never_called_faster_or_slower_in_20_runs(trained, cpu_hog):
+    ip = trained
+    assert ip.run_cell("%%tfprofile -q -o run0\n" + SAME).success
+    verdicts = []
+    for run in range(1, 21):
+        outcome = ip.run_cell(f"%%tfprofile -q --compare run{run - 1} -o run{run}\n{SAME}")
+        assert outcome.success, outcome.error_in_exec
+        comparison = ip.user_ns[f"run{run}"].comparison
+        verdicts.append((comparison.verdict, comparison.band))
+    print("\n".join(verdict for verdict, _ in verdicts))
+    called = [v for v, _ in verdicts if "faster" in v or "slower" in v]
+    assert not called, called
+    assert all("no measurable change" in v for v, _ in verdicts), verdicts

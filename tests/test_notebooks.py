@@ -87,6 +87,11 @@ EXPECTED_RESOLVED: dict[str, dict[str, str]] = {
 EXPECTED_SWEEPS: dict[str, dict[str, list[str]]] = {
     "05_batch_size.ipynb": {"sweep": ["16", "64", "256"]},
 }
+# Step timelines a notebook's text reads (before, after): the run after waits less in its window,
+# and the same number of steps ends sooner.
+EXPECTED_PICTURES: dict[str, list[tuple[str, str]]] = {
+    "03_input_pipelines.ipynb": [("one_by_one", "side_by_side")],
+}
 # GPU doctor reports (%tfgpu -o NAME) that must have a verdict.
 EXPECTED_GPU_REPORTS: dict[str, list[str]] = {"07_gpu_doctor.ipynb": ["gpu"]}
 
@@ -105,6 +110,7 @@ def _tfdiag_report():
             "rewrites": {{f.code: f.rewrite for f in _value.findings if f.rewrite}},
             "failed": _value.record.error is not None,
             "source": _value.record.source,
+            "timeline": _value.report().get("timeline"),
             "comparison": None if comparison is None else {{
                 "baseline": comparison.baseline,
                 "verdict": comparison.verdict,
@@ -292,6 +298,13 @@ def test_notebook_runs_clean_and_tells_its_story_and_runs_twice(path: Path, kern
         assert job is not None, f"no merged job named {name}; runs: {sorted(runs)}"
         assert job["job_findings"] == codes, f"{name}: {job['job_findings']}, expected {codes}"
         assert len({steps for _, steps in job["workers"]}) == 1, job["workers"]
+
+    for before, after in EXPECTED_PICTURES.get(path.name, []):
+        first, second = runs[before]["timeline"], runs[after]["timeline"]
+        assert first and second and first["steps"] == second["steps"], (first, second)
+        waited = [t["shares"]["wait"] * t["span"] for t in (first, second)]
+        assert waited[1] < waited[0], (first, second)
+        assert second["span"] < first["span"], (first, second)
 
     for name in EXPECTED_GPU_REPORTS.get(path.name, []):
         assert runs.get(name, {}).get("gpu_verdict"), f"no GPU doctor verdict in {name}"

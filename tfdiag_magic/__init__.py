@@ -26,6 +26,7 @@ __all__ = [
     "merge",
     "profile",
     "step",
+    "timelines",
     "unload_ipython_extension",
 ]
 
@@ -49,6 +50,19 @@ def merge(paths: Any) -> MergedResult:
     from .jobs.merged import merge as merge_reports
 
     return merge_reports(paths)
+
+
+def timelines(*results: Any) -> Any:
+    """The step timelines of profiled runs (``%%tfprofile -o NAME`` results) on one time scale,
+    each labelled by the name it was stored under: shown as an SVG in a notebook, as text
+    elsewhere."""
+    from .views.timeline import Timelines
+
+    rows = []
+    for index, result in enumerate(results):
+        report = result.report()
+        rows.append((report.get("stored_as") or f"run {index + 1}", report.get("timeline")))
+    return Timelines(rows)
 
 
 def load_ipython_extension(ipython: Any) -> None:

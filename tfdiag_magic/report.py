@@ -4,7 +4,8 @@ Later versions add fields to schema 1; they never rename or remove one. Added si
 (a run made with ``--compare NAME``), ``sweep`` (``--sweep NAME=V1,V2,...``), both null when
 absent, ``stored_as`` (the variable holding the result, null when none), ``steps.recorded``
 (rows recorded, ``steps.rows`` being those the table holds) and ``steps.reduced`` (how a long
-run's table was thinned, null when it holds every row).
+run's table was thinned, null when it holds every row), ``timeline`` (a few steady steps laid
+out in time, `timeline.py`; null for a run with fewer than three steps).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from .findings import Finding
 from .record import Record
 from .stats import gc_stats, memory_stats, phase_stats, time_split, training_step_count
+from .timeline import step_timeline
 
 SCHEMA = 1
 MAX_WARNINGS_IN_REPORT = 50
@@ -105,6 +107,7 @@ def build_report(
             "eager": sum(stats.eager_steps for stats in phases.values()),
         },
         "time_split": split.to_dict(),
+        "timeline": step_timeline(record),
         "memory": memory.to_dict(),
         "functions": [vars(f).copy() for f in record.functions],
         "tracing": {

@@ -23,6 +23,7 @@ import numpy as np
 from ..findings import Finding
 from ..record import KINDS, Phase, Record
 from ..stats import memory_stats, time_split, warmup_mask
+from ..timeline import step_timeline
 
 
 class Run(Protocol):
@@ -72,6 +73,8 @@ class Headline:
     # The steady start-to-start intervals `step_interval` averages, in time order: the spread a
     # comparison reads its noise band from (not in the report).
     intervals: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # A few steady steps laid out in time (`timeline.step_timeline`), drawn before and after.
+    timeline: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "intervals"}
@@ -125,6 +128,7 @@ def headline_of(record: Record, findings: list[Finding] | None = None) -> Headli
         error=f"{error.type}: {error.message.strip()}" if error is not None else None,
         error_type=error.type if error is not None else None,
         findings=[f.code for f in findings or []],
+        timeline=step_timeline(record),
         **numbers,
     )
 

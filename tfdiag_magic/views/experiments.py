@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..units import seconds, size
+from .timeline import timeline_html
 
 SHARE_METRICS = {"compute share", "data wait share", "other share"}
 FAILED_COLOR = "#ef4444"
@@ -200,7 +201,15 @@ def comparison_html(comparison: dict[str, Any]) -> str:
         f"{e(comparison['verdict'])}</p>"
         + (f'<p class="muted">Speed measured by {e(measure)}.</p>' if measure else "")
         + f"<table>{''.join(rows)}</table>"
-        f"<p>Findings resolved: {resolved}. New: {new}.</p></div>"
+        f"<p>Findings resolved: {resolved}. New: {new}.</p>"
+        + timeline_html(
+            [
+                ("before", comparison["before"].get("timeline")),
+                ("after", comparison["after"].get("timeline")),
+            ],
+            "a few steady steps of each run, on one time scale",
+        )
+        + "</div>"
     )
 
 

@@ -28,6 +28,7 @@ from .text import (
     split_parts,
     traced_on_most_calls,
 )
+from .timeline import timeline_html
 
 STYLE = """
 .tfdiag{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:13px;
@@ -181,6 +182,7 @@ def overview_html(report: dict[str, Any]) -> str:
     )
     parts.append(f"<p><b>Time</b>: {e(listed)}.{note}</p>")
     parts.append(split_bar(split))
+    parts.append(timeline_html([("this run", report.get("timeline"))]))
     parts.append(memory_table(report))
     findings = sorted_findings(report["findings"])
     if findings:

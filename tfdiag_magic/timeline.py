@@ -1,0 +1,114 @@
+"""A few steady steps laid out in time, as they ran: the step timeline the views draw.
+
+The tf.data guide explains overlap with pictures of a few steps on a time axis; this is the same
+picture for the user's own run. A window of consecutive steps of the main phase, taken where the
+run is steady (no tracing in or around it, past the first steps), from the end of the step before
+it to the end of its last step. Inside the window, each step's own time is `compute`; a loop's
+wait for its next item is `wait`; Keras callbacks after a batch are `callbacks`; the rest is the
+Python between steps (the cell's own work, the training loop's), drawn as the background.
+
+Only the record's columns are read: the window is a handful of segments, small enough for the
+JSON report and for a comparison to carry the baseline's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .record import Kind, Phase, Record
+
+STEPS = 6  # steps in the window
+SEGMENT_KINDS = ("wait", "compute", "callbacks")
+
+
+def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
+    """The timeline of `steps` steady steps of the run's main phase (training where there is
+    any, else the phase with the most steps), or None where it has fewer than three steps."""
+    table = record.steps
+    kinds = table["kind"]
+    stepped = kinds != Kind.LOOP
+    counts = np.bincount(table["phase"][stepped], minlength=len(Phase))
+    if not counts.any():
+        return None
+    code = Phase.TRAIN if counts[Phase.TRAIN] else int(counts.argmax())
+    phase = Phase(code).label
+    rows = np.flatnonzero((table["phase"] == code) & stepped)
+    if rows.size < 3:  # a window needs a step before it
+        return None
+    count = min(steps, rows.size - 1)
+    first = _steady_window(table["traced"][rows], table["epoch"][rows], count)
+    window = rows[first : first + count]
+    starts, ends = table["start"][rows], table["start"][rows] + table["duration"][rows]
+    t0 = float(ends[first - 1])
+    t1 = float(ends[first + count - 1])
+    if not t1 > t0:
+        return None
+    segments: list[list[Any]] = []
+    for row in window:
+        start = float(table["start"][row])
+        end = start + float(table["duration"][row])
+        segments.append(["compute", start, end])
+        callbacks = float(table["callback_time"][row])
+        if kinds[row] == Kind.KERAS and callbacks > 0:
+            segments.append(["callbacks", end, min(end + callbacks, t1)])
+    segments.extend(_loop_waits(record, t0, t1))
+    clipped = [
+        [kind, round(max(a, t0) - t0, 7), round(min(b, t1) - t0, 7)]
+        for kind, a, b in segments
+        if min(b, t1) > max(a, t0)
+    ]
+    clipped.sort(key=lambda s: (s[1], SEGMENT_KINDS.index(s[0])))
+    span = t1 - t0
+    shares = {kind: _covered(clipped, kind) / span for kind in SEGMENT_KINDS}
+    return {
+        "phase": phase,
+        "first_step": int(first),  # index among the phase's steps, from 0
+        "steps": int(count),
+        "span": round(span, 7),
+        "step_starts": [round(float(s) - t0, 7) for s in starts[first : first + count]],
+        "segments": clipped,
+        "shares": {kind: round(value, 4) for kind, value in shares.items()},
+        "between_share": round(max(1.0 - sum(shares.values()), 0.0), 4),
+        "fit_input_inside": bool((kinds[window] == Kind.KERAS).any()),
+    }
+
+
+def _steady_window(traced: np.ndarray, epochs: np.ndarray, count: int) -> int:
+    """The first index of a window of `count` steps with no tracing in it or in the step before,
+    all in one epoch (an epoch's end runs validation and callbacks), from the middle of the run
+    onwards (earlier if none is there), never the first step."""
+    n = traced.size
+    middle = max(1, n // 2 - count // 2)
+    for first in [*range(middle, n - count + 1), *range(1, middle)]:
+        span = slice(first - 1, first + count)
+        if not traced[span].any() and (epochs[span] == epochs[first]).all():
+            return first
+    return max(1, min(middle, n - count))
+
+
+def _loop_waits(record: Record, t0: float, t1: float) -> list[list[Any]]:
+    """The waits of the cell's loops for their next item that fall in [t0, t1]."""
+    table = record.steps
+    loops = np.flatnonzero(table["kind"] == Kind.LOOP)
+    if loops.size == 0:
+        return []
+    starts = table["start"][loops]
+    waits = np.nan_to_num(table["data_wait"][loops])
+    inside = (starts > t0) & (starts - waits < t1) & (waits > 0)
+    pairs = zip(starts[inside], waits[inside], strict=True)
+    return [["wait", float(s - w), float(s)] for s, w in pairs]
+
+
+def _covered(segments: list[list[Any]], kind: str) -> float:
+    """Seconds covered by the union of `kind`'s segments."""
+    total, reach = 0.0, -1.0
+    for seg_kind, a, b in segments:  # sorted by start
+        if seg_kind != kind:
+            continue
+        a = max(a, reach)
+        if b > a:
+            total += b - a
+            reach = b
+    return total

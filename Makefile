@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast test-claims lint bench clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,12 @@ FAST_TESTS := tests/test_record.py tests/test_rewrite_*.py tests/test_sweep_spec
 test-fast: setup
 	$(PY) -m ruff check tfdiag_magic tests benchmarks
 	$(PY) -m pytest -q $(PARALLEL) -m "not kernel and not browser and not job" $(FAST_TESTS)
+
+# The notebooks' text against their runs, RUNS times each (exercises solved) beside a CPU hog on
+# one core, one notebook at a time: about a minute per notebook and run on 2 CPUs.
+RUNS ?= 5
+test-claims: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_notebook_claims.py --claims-runs $(RUNS)
 
 # ruff (rules and formatting), and vulture for code nothing uses (pyproject's [tool.vulture]).
 lint: setup

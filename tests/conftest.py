@@ -26,6 +26,15 @@ REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--claims-runs",
+        type=int,
+        default=0,
+        help="runs per notebook of tests/test_notebook_claims.py (0: none; make test-claims: 5)",
+    )
+
+
 @pytest.fixture(scope="session")
 def shell():
     """The process's real IPython InteractiveShell, with tfdiag_magic loaded."""

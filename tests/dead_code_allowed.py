@@ -30,3 +30,6 @@ _._retired
 _._code
 # tests/conftest.py: a pytest hook, called by pytest by its name.
 pytest_collection_modifyitems
+# pytest's hooks, called by name by pytest (the claims test's options and parameters).
+pytest_addoption
+pytest_generate_tests

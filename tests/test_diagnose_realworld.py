@@ -87,7 +87,10 @@ def test_one_epoch_over_an_in_memory_cache_is_not_called_a_leak(tmp_path):
     # that freed more than that before reuses the memory, and its RSS need not rise.
     report, stdout, _ = profiled_script(tmp_path, "one_epoch_cache.py", ONE_EPOCH_CACHE)
     findings = report["findings"]
-    assert not [f for f in findings if f["severity"] != "info"], stdout
+    # What this test is about: memory. (On a machine busy enough to starve tf.data's threads, the
+    # cache's one pass may also wait for its map, measured in the run: a true `input-bound`.)
+    memory = [f for f in findings if "memory" in f["code"] or f["code"] == "oom"]
+    assert not [f for f in memory if f["severity"] != "info"], stdout
     growth = [f for f in findings if f["code"] == "host-memory-growth"]
     # The growth is seen (RSS or the CPU allocator's bytes), and said with its reason.
     assert growth, f"the cache's growth was not seen:\n{stdout}"

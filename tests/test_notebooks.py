@@ -87,6 +87,11 @@ EXPECTED_RESOLVED: dict[str, dict[str, str]] = {
 EXPECTED_SWEEPS: dict[str, dict[str, list[str]]] = {
     "05_batch_size.ipynb": {"sweep": ["16", "64", "256"]},
 }
+# Verdicts a notebook's text states (run NAME: a word its comparison's verdict must hold).
+# 05's text says the speed gain pays for a larger batch's extra epochs.
+EXPECTED_VERDICTS: dict[str, dict[str, str]] = {
+    "05_batch_size.ipynb": {"larger": "faster"},
+}
 # Step timelines a notebook's text reads (before, after): the run after waits less in its window,
 # and the same number of steps ends sooner.
 EXPECTED_PICTURES: dict[str, list[tuple[str, str]]] = {
@@ -253,6 +258,47 @@ def test_every_notebook_in_the_repository_is_stripped():
         assert "widgets" not in nb.metadata, f"{where} keeps widget state: make strip-notebooks"
 
 
+def check_story(notebook: str, runs: dict[str, Any]) -> None:
+    """What the notebook's text says of its runs: the findings it is about fired, the fixes it
+    says resolve them did, its sweeps ran, its jobs show their findings, its pictures hold."""
+    for name, code in EXPECTED_FINDINGS[notebook].items():
+        assert name in runs, f"no ProfileResult named {name}; runs: {sorted(runs)}"
+        assert code in runs[name]["findings"], (
+            f"{name} was expected to show {code}; it showed {runs[name]['findings']}"
+        )
+
+    for name, code in EXPECTED_RESOLVED[notebook].items():
+        comparison = runs[name]["comparison"]
+        assert comparison is not None, f"{name} was not compared with anything"
+        assert comparison["verdict"], comparison
+        assert code in comparison["resolved"], (
+            f"{name} was expected to resolve {code}: {comparison['verdict']}"
+        )
+
+    for name, word in EXPECTED_VERDICTS.get(notebook, {}).items():
+        verdict = runs[name]["comparison"]["verdict"]
+        assert word in verdict, f"{name}: the text says {word}; the verdict: {verdict}"
+
+    for name, values in EXPECTED_SWEEPS.get(notebook, {}).items():
+        sweep = runs[name]["sweep"]
+        assert sweep is not None, f"{name} is not a sweep"
+        assert sweep["values"] == values and set(sweep["statuses"]) == {"ok"}, sweep
+        assert sweep["recommended"] in values, sweep
+
+    for name, codes in EXPECTED_JOBS.get(notebook, {}).items():
+        job = runs.get(name)
+        assert job is not None, f"no merged job named {name}; runs: {sorted(runs)}"
+        assert job["job_findings"] == codes, f"{name}: {job['job_findings']}, expected {codes}"
+        assert len({steps for _, steps in job["workers"]}) == 1, job["workers"]
+
+    for before, after in EXPECTED_PICTURES.get(notebook, []):
+        first, second = runs[before]["timeline"], runs[after]["timeline"]
+        assert first and second and first["steps"] == second["steps"], (first, second)
+        waited = [t["shares"]["wait"] * t["span"] for t in (first, second)]
+        assert waited[1] < waited[0], (first, second)
+        assert second["span"] < first["span"], (first, second)
+
+
 @pytest.mark.parametrize("path", notebook_paths(), ids=lambda p: p.stem)
 def test_notebook_runs_clean_and_tells_its_story_and_runs_twice(path: Path, kernel_dirs: Path):
     """The notebook's story (first pass), then the whole notebook run top to bottom a second
@@ -273,38 +319,7 @@ def test_notebook_runs_clean_and_tells_its_story_and_runs_twice(path: Path, kern
         else:
             assert not errors, f"cell {index} failed:\n{cell_text(cell)}"
 
-    for name, code in EXPECTED_FINDINGS[path.name].items():
-        assert name in runs, f"no ProfileResult named {name}; runs: {sorted(runs)}"
-        assert code in runs[name]["findings"], (
-            f"{name} was expected to show {code}; it showed {runs[name]['findings']}"
-        )
-
-    for name, code in EXPECTED_RESOLVED[path.name].items():
-        comparison = runs[name]["comparison"]
-        assert comparison is not None, f"{name} was not compared with anything"
-        assert comparison["verdict"], comparison
-        assert code in comparison["resolved"], (
-            f"{name} was expected to resolve {code}: {comparison['verdict']}"
-        )
-
-    for name, values in EXPECTED_SWEEPS.get(path.name, {}).items():
-        sweep = runs[name]["sweep"]
-        assert sweep is not None, f"{name} is not a sweep"
-        assert sweep["values"] == values and set(sweep["statuses"]) == {"ok"}, sweep
-        assert sweep["recommended"] in values, sweep
-
-    for name, codes in EXPECTED_JOBS.get(path.name, {}).items():
-        job = runs.get(name)
-        assert job is not None, f"no merged job named {name}; runs: {sorted(runs)}"
-        assert job["job_findings"] == codes, f"{name}: {job['job_findings']}, expected {codes}"
-        assert len({steps for _, steps in job["workers"]}) == 1, job["workers"]
-
-    for before, after in EXPECTED_PICTURES.get(path.name, []):
-        first, second = runs[before]["timeline"], runs[after]["timeline"]
-        assert first and second and first["steps"] == second["steps"], (first, second)
-        waited = [t["shares"]["wait"] * t["span"] for t in (first, second)]
-        assert waited[1] < waited[0], (first, second)
-        assert second["span"] < first["span"], (first, second)
+    check_story(path.name, runs)
 
     for name in EXPECTED_GPU_REPORTS.get(path.name, []):
         assert runs.get(name, {}).get("gpu_verdict"), f"no GPU doctor verdict in {name}"

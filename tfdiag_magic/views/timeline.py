@@ -22,6 +22,7 @@ LABELS = {
     "callbacks": "Keras callbacks",
 }
 CHARS = {"wait": "w", "compute": "#", "callbacks": "c"}
+SEGMENT_ORDER = ("wait", "compute", "callbacks")
 WIDTH = 640
 LABEL_WIDTH = 64
 BAR_HEIGHT = 18
@@ -45,32 +46,38 @@ def timeline_svg(rows: list[tuple[str, dict[str, Any]]]) -> str:
         )
         parts.append(
             f'<rect x="{LABEL_WIDTH}" y="{y}" width="{timeline["span"] * scale:.1f}" '
-            f'height="{BAR_HEIGHT}" fill="{BETWEEN_COLOR}"><title>Python between steps'
-            f"</title></rect>"
+            f'height="{BAR_HEIGHT}" fill="{BETWEEN_COLOR}"/>'
         )
-        for kind, a, b in timeline["segments"]:
-            width = max((b - a) * scale, 0.6)
-            parts.append(
-                f'<rect x="{LABEL_WIDTH + a * scale:.1f}" y="{y}" width="{width:.1f}" '
-                f'height="{BAR_HEIGHT}" fill="{COLORS[kind]}"><title>{LABELS[kind]}: '
-                f"{html.escape(seconds(b - a))}</title></rect>"
+        for kind in SEGMENT_ORDER:
+            spans = [(a, b) for k, a, b in timeline["segments"] if k == kind]
+            if not spans:
+                continue
+            # One path per kind: a bar of many segments in a few hundred bytes.
+            d = "".join(
+                f"M{LABEL_WIDTH + a * scale:.1f} {y}h{max((b - a) * scale, 0.6):.1f}"
+                f"v{BAR_HEIGHT}h-{max((b - a) * scale, 0.6):.1f}z"
+                for a, b in spans
             )
-        for start in timeline.get("step_starts", []):
-            x = LABEL_WIDTH + start * scale
+            total = sum(b - a for a, b in spans)
             parts.append(
-                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y + BAR_HEIGHT}" '
-                f'y2="{y + BAR_HEIGHT + 3}" stroke="#111827"/>'
+                f'<path fill="{COLORS[kind]}" d="{d}"><title>{LABELS[kind]}: '
+                f"{html.escape(seconds(total))} in the window</title></path>"
             )
+        marks = "".join(
+            f"M{LABEL_WIDTH + start * scale:.1f} {y + BAR_HEIGHT}v3"
+            for start in timeline.get("step_starts", [])
+        )
+        parts.append(f'<path stroke="#111827" d="{marks}"/>')
         y += BAR_HEIGHT + ROW_GAP
-    for tick in _ticks(longest):
-        x = LABEL_WIDTH + tick * scale
-        parts.append(
-            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y - 6}" y2="{y - 2}" stroke="#6b7280"/>'
-        )
-        parts.append(
-            f'<text x="{x:.1f}" y="{y + 9}" font-size="10" fill="#6b7280" '
-            f'text-anchor="middle">{_tick_label(tick, longest)}</text>'
-        )
+    ticks = _ticks(longest)
+    axis = "".join(f"M{LABEL_WIDTH + tick * scale:.1f} {y - 6}v4" for tick in ticks)
+    parts.append(f'<path stroke="#6b7280" d="{axis}"/>')
+    parts.append('<g font-size="10" fill="#6b7280" text-anchor="middle">')
+    parts.extend(
+        f'<text x="{x:.1f}" y="{y + 9}">{_tick_label(tick, longest)}</text>'
+        for tick, x in ((t, LABEL_WIDTH + t * scale) for t in ticks)
+    )
+    parts.append("</g>")
     height = y + 14
     return (
         f'<svg class="tfdiag-timeline" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '

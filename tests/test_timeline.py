@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from tfdiag_magic.record import STEP_COLUMNS, Kind, Phase, Record, empty_columns
+from tfdiag_magic.record import STEP_COLUMNS, DroppedSteps, Kind, Phase, Record, empty_columns
 from tfdiag_magic.timeline import step_timeline
 from tfdiag_magic.views.timeline import timeline_svg, timeline_text
 
@@ -198,3 +198,16 @@ def test_too_few_steps_give_no_timeline_and_nothing_drawn():
     assert step_timeline(_record([False, False], [0, 0])) is None
     assert step_timeline(Record()) is None
     assert timeline_svg([("run", None)]) == "" and timeline_text(None) == []
+
+
+def test_a_reduced_table_draws_its_window_from_the_rows_it_kept_in_full():
+    # 40 steps, of which a long run's table kept the first 10 in full and then one in 5: a
+    # window among the sampled rows would show gaps that never were.
+    record = _record([False] * 40, [0] * 40)
+    keep = np.r_[np.arange(10), np.arange(10, 40, 5)]
+    record.steps = {name: column[keep] for name, column in record.steps.items()}
+    record.dropped = DroppedSteps(full_rows=10, stride=5)
+    record.dropped.sums["count"][Phase.TRAIN] = 40 - keep.size
+    timeline = step_timeline(record)
+    assert timeline["first_step"] + timeline["steps"] <= 10, timeline
+    assert timeline["between_share"] == pytest.approx(0.8), timeline  # 2 ms of every 10

@@ -2,8 +2,8 @@
 
 The tf.data guide explains overlap with pictures of a few steps on a time axis; this is the same
 picture for the user's own run. A window of consecutive steps of the main phase, taken where the
-run is steady (no tracing in or around it, past the first steps), from the end of the step before
-it to the end of its last step. Inside the window, each step's own time is `compute`; a loop's
+run is steady (no tracing in or around it, past the first steps; among the rows a long run's
+table keeps in full), from the end of the step before it to the end of its last step. Inside the window, each step's own time is `compute`; a loop's
 wait for its next item is `wait`; Keras callbacks after a batch are `callbacks`; the rest is the
 Python between steps (the cell's own work, the training loop's), drawn as the background.
 
@@ -35,6 +35,8 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
     code = Phase.TRAIN if counts[Phase.TRAIN] else int(counts.argmax())
     phase = Phase(code).label
     rows = np.flatnonzero((table["phase"] == code) & stepped)
+    if record.reduced:  # past its first rows a long run's table keeps one row in `stride`
+        rows = rows[rows < record.dropped.full_rows]
     if rows.size < 3:  # a window needs a step before it
         return None
     count = min(steps, rows.size - 1)

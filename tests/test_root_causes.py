@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import profiled, run_cell
+from tests.helpers import profiled, profiled_script, run_cell
+from tfdiag_magic.diagnose.causes import growing_in_loops
 
 DEMO = Path(__file__).resolve().parent.parent / "tfdiag_magic" / "examples" / "retracing_demo.py"
 
@@ -89,3 +90,70 @@ def test_the_demos_fixes_in_one_cell_keep_each_other(ip):
     assert comparison.new == []
     # 80 tracings (most of the run) are gone: far beyond a busy machine's noise.
     assert comparison.speedup is not None and comparison.speedup > 1.5, comparison.verdict
+
+
+GROWING = """
+import time
+import numpy as np, tensorflow as tf, keras
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256), keras.layers.Dense(64)])
+optimizer = keras.optimizers.SGD(0.01)
+
+@tf.function
+def train_step(x):
+    with tf.GradientTape() as tape:
+        out = model(x)
+        loss = tf.reduce_mean(out ** 2)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return out
+
+x = tf.random.normal((256, 64), seed=1)
+"""
+
+
+def test_a_slowdown_that_follows_a_growing_tensor_is_shown_under_the_growth(tmp_path):
+    """Every step's outputs concatenated onto one tensor: the copy grows with it, so the
+    iterations slow as the memory grows. Run in a process of its own (freed memory that an
+    earlier test left would be reused, and RSS need not rise)."""
+    source = GROWING + (
+        "outputs = tf.zeros((0, 64))\n"
+        "for i in range(600):\n"
+        "    out = train_step(x)\n"
+        "    outputs = tf.concat([outputs, out], axis=0)\n"
+    )
+    report, stdout, _ = profiled_script(tmp_path, "growing_tensor.py", source)
+    codes = [f["code"] for f in report["findings"]]
+    by_code = {f["code"]: f for f in report["findings"]}
+    slowdown = by_code.get("progressive-slowdown")
+    assert slowdown is not None and "host-memory-growth" in by_code, stdout
+    assert slowdown["caused_by"] == "host-memory-growth", stdout
+    assert slowdown["evidence"]["grown_each_iteration"] == ["outputs"]
+    assert slowdown["evidence"]["memory_rank_correlation"] >= 0.8
+    assert codes.index("progressive-slowdown") == codes.index("host-memory-growth") + 1
+    assert "caused by host-memory-growth" in stdout
+
+
+def test_a_slowdown_beside_kept_tensors_it_never_reads_stays_its_own(tmp_path):
+    """Tensors kept in a list that the loop never reads, and iterations that slow for another
+    reason: two trends side by side, both rising, and not one cause."""
+    source = GROWING + (
+        "kept = []\n"
+        "for i in range(600):\n"
+        "    kept.append(tf.tile(train_step(x), [4, 1]))  # 256 KiB a step\n"
+        "    time.sleep(i * 2e-5)  # work that grows for a reason of its own\n"
+    )
+    report, stdout, _ = profiled_script(tmp_path, "kept_and_slow.py", source)
+    by_code = {f["code"]: f for f in report["findings"]}
+    assert {"progressive-slowdown", "host-memory-growth"} <= set(by_code), stdout
+    assert by_code["progressive-slowdown"]["caused_by"] is None, stdout
+
+
+def test_what_a_loop_grows_and_works_on_whole():
+    assert growing_in_loops(
+        "for b in data:\n    acc = np.concatenate([acc, b])\n    n = len(acc)\n"
+    ) == ["acc"]
+    assert growing_in_loops("while True:\n    kept.append(t)\n    m = tf.stack(kept)\n") == ["kept"]
+    # Appended and only counted, or grown outside a loop: nothing worked on whole.
+    assert growing_in_loops("for b in data:\n    kept.append(b)\n    print(len(kept))\n") == []
+    assert growing_in_loops("acc = tf.concat([acc, b], 0)\n") == []
+    assert growing_in_loops("for (\n") == []

@@ -3,9 +3,10 @@
 The tf.data guide explains overlap with pictures of a few steps on a time axis; this is the same
 picture for the user's own run. A window of consecutive steps of the main phase, taken where the
 run is steady (no tracing in or around it, past the first steps; among the rows a long run's
-table keeps in full), from the end of the step before it to the end of its last step. Inside the window, each step's own time is `compute`; a loop's
-wait for its next item is `wait`; Keras callbacks after a batch are `callbacks`; the rest is the
-Python between steps (the cell's own work, the training loop's), drawn as the background.
+table keeps in full), from the end of the step before it to the end of its last step. Inside
+the window, each step's own time is `compute`; a loop's wait for its next item is `wait`; Keras
+callbacks after a batch are `callbacks`; the rest is the Python between steps (the cell's own
+work, the training loop's), drawn as the background.
 
 Only the record's columns are read: the window is a handful of segments, small enough for the
 JSON report and for a comparison to carry the baseline's.

@@ -102,6 +102,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         "rise_first_half_s": rounded(found["halves"][0]),
         "rise_second_half_s": rounded(found["halves"][1]),
         "alongside": causes,
+        "memory_rank_correlation": _memory_rank_correlation(record, found),
     }
     if place is not None:
         evidence.update(place.evidence())
@@ -214,6 +215,12 @@ def _trend(record: Record, rows: np.ndarray) -> dict | None:
         "end_time": float(steps["start"][steady[-1]] + steps["duration"][steady[-1]]),
         "excess": excess,
         "halves": halves,
+        "medians": medians,
+        # Each window's time span (since the run's start): what the memory did meanwhile.
+        "spans": [
+            (float(steps["start"][c[0]]), float(steps["start"][c[-1]] + steps["duration"][c[-1]]))
+            for c in np.array_split(steady, WINDOWS)
+        ],
     }
 
 
@@ -256,6 +263,26 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
     if rx.std() == 0 or ry.std() == 0:
         return 0.0
     return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _memory_rank_correlation(record: Record, found: dict) -> float | None:
+    """The rank correlation of the windows' median step times with the process memory in
+    them (the median RSS sample of each window, interpolated where a window holds none); None
+    without enough memory samples over the windows."""
+    rss = record.memory.get("rss")
+    times = record.memory.get("time")
+    spans = found["spans"]
+    if rss is None or times is None or rss.size < 4 or rss[0] < 0:
+        return None
+    inside = (times >= spans[0][0]) & (times <= spans[-1][1])
+    if np.count_nonzero(inside) < 4:
+        return None
+    memory = []
+    for start, end in spans:
+        samples = rss[(times >= start) & (times <= end)]
+        at = np.median(samples) if samples.size else np.interp((start + end) / 2, times, rss)
+        memory.append(float(at))
+    return rounded(_spearman(np.asarray(memory), found["medians"]), 3)
 
 
 def _growing_alongside(record: Record, since: float) -> list[str]:

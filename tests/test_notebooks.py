@@ -137,6 +137,22 @@ def _tfdiag_report():
                 "job_findings": [f.code for f in _value.findings],
                 "workers": [(w.name, w.steps) for w in _value.workers],
             }}
+    # Each run whose findings have two or more rewrites: its combined cell, run against it.
+    for _name, _value in list(globals().items()):
+        if type(_value).__name__ != "ProfileResult" or _name.startswith("_"):
+            continue
+        if not getattr(_value, "combined_rewrite", None) or _name not in runs:
+            continue
+        _fixed = get_ipython().run_cell(
+            f"%%tfprofile -q --compare {{_name}} -o _combined\\n{{_value.combined_rewrite}}"
+        )
+        _after = globals().get("_combined")
+        runs[_name]["combined"] = {{
+            "ran": bool(_fixed.success) and _after is not None,
+            "rewritten": sorted(runs[_name]["rewrites"]),
+            "resolved": [] if _after is None else list(_after.comparison.resolved),
+            "verdict": "" if _after is None else _after.comparison.verdict,
+        }}
     import resource
     runs["_kernel_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return runs
@@ -320,6 +336,14 @@ def test_notebook_runs_clean_and_tells_its_story_and_runs_twice(path: Path, kern
             assert not errors, f"cell {index} failed:\n{cell_text(cell)}"
 
     check_story(path.name, runs)
+
+    # Every fix in one cell, where a run had two or more: it runs, and resolves them all.
+    combined = {name: run["combined"] for name, run in runs.items() if run.get("combined")}
+    print(f"{path.name}: combined cells run: {combined}")
+    for name, run in combined.items():
+        assert run["ran"], f"{name}: the combined cell failed"
+        missing = set(run["rewritten"]) - set(run["resolved"])
+        assert not missing, f"{name}: the combined cell left {missing}: {run['verdict']}"
 
     for name in EXPECTED_GPU_REPORTS.get(path.name, []):
         assert runs.get(name, {}).get("gpu_verdict"), f"no GPU doctor verdict in {name}"

@@ -1,6 +1,6 @@
 """The interactive dashboard of a finished run (ipywidgets), and the output that carries it.
 
-Tabs: Overview, Steps, Memory, GPU, Findings, Data, with Compare (``--compare``: before, after,
+Tabs: Overview, Steps, Memory, GPU, Findings, Data (and Ops after them with ``--ops``), with Compare (``--compare``: before, after,
 change, verdict) or Sweep (``--sweep``: the table of runs, the plot, the recommendation) first,
 and selected, when the run has one. A range slider over the steps zooms every
 plot and recomputes the window's statistics from the exact columns; series can be toggled and
@@ -43,6 +43,7 @@ from .html import (
     tabs_of,
 )
 from .live import WIDGET_VIEW
+from .ops import ops_html
 from .text import headline
 
 TAB_TITLES = ("Overview", "Steps", "Memory", "GPU", "Findings", "Data")
@@ -212,6 +213,9 @@ class Dashboard:
             first.append(self._add(w.HTML(self._wrap(sweep_html(self.report["sweep"], png)))))
         elif self.report.get("comparison"):
             first.append(self._add(w.HTML(self._wrap(comparison_html(self.report["comparison"])))))
+        last = []
+        if "Ops" in self.titles:  # an ops window (--ops)
+            last.append(self._add(w.HTML(self._wrap(ops_html(self.report["ops"])))))
         self.tab = self._add(
             w.Tab(
                 children=[
@@ -222,6 +226,7 @@ class Dashboard:
                     gpu_tab,
                     findings_tab,
                     data_tab,
+                    *last,
                 ],
                 titles=self.titles,
             )

@@ -13,6 +13,7 @@ touched: the window is skipped with a note.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -191,7 +192,5 @@ def _clear_failed_start(profiler_v2: object) -> None:
     profiler server is running): clear it, so that the user's own `start` is not refused.
     (A user's `start` on another thread in the microseconds between the check before ours and
     this would be cleared too; a cell that names the profiler never gets here.)"""
-    try:
+    with contextlib.suppress(Exception):
         profiler_v2.stop(save=False)  # type: ignore[attr-defined]
-    except Exception:
-        pass

@@ -1,13 +1,14 @@
 """The interactive dashboard of a finished run (ipywidgets), and the output that carries it.
 
-Tabs: Overview, Steps, Memory, GPU, Findings, Data (and Ops after them with ``--ops``), with Compare (``--compare``: before, after,
+Tabs: Overview, Steps, Memory, GPU, Findings, Data, with Compare (``--compare``: before, after,
 change, verdict) or Sweep (``--sweep``: the table of runs, the plot, the recommendation) first,
-and selected, when the run has one. A range slider over the steps zooms every
-plot and recomputes the window's statistics from the exact columns; series can be toggled and
-step time drawn on a log scale. Plots are matplotlib PNGs (`dash_plots`), drawn for the tab
-that is showing and redrawn for another tab when it is opened; their figures are kept between
-windows (`dash_figures`), and a window's statistics come from a `WindowIndex`, so a slider
-move costs about the same on a run of a million steps as on a short one.
+and selected, when the run has one, and Ops last with an ops window (``--ops``). A range
+slider over the steps zooms every plot and recomputes the window's statistics from the exact
+columns; series can be toggled and step time drawn on a log scale. Plots are matplotlib PNGs
+(`dash_plots`), drawn for the tab that is showing and redrawn for another tab when it is
+opened; their figures are kept between windows (`dash_figures`), and a window's statistics
+come from a `WindowIndex`, so a slider move costs about the same on a run of a million steps
+as on a short one.
 
 `dashboard_bundle` returns the display data for a notebook output: the widget view together
 with the static HTML view and the text report, so a frontend that cannot render widgets

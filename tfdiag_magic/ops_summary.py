@@ -142,8 +142,13 @@ def ops_summary(events: OpEvents, capture: OpsCapture, record: Record) -> dict[s
     def to_seconds(ns: int) -> float:
         return capture.anchor_s + (ns - capture.anchor_ns) / 1e9
 
-    begin = to_seconds(events.profile_start) if events.profile_start else capture.start
-    end = to_seconds(events.profile_stop) if events.profile_stop else capture.stop
+    # Steps wholly traced: begun after the profiler's start returned, ended before its stop
+    # was called (the trace's own start and stop stamps can lie outside the tracing).
+    begin, end = capture.start, capture.stop
+    if events.profile_start:
+        begin = max(begin, to_seconds(events.profile_start))
+    if events.profile_stop:
+        end = min(end, to_seconds(events.profile_stop))
     rows = _window_steps(record, begin, end)
     per_step = []
     for row in rows:

@@ -93,7 +93,10 @@ class OpsWindowProbe:
         if not self._start_profiler(rec):
             return
         first, began = rec.count, perf_counter()
-        while not self._stop.wait(POLL):
+        while True:
+            if self._stop.wait(POLL):
+                self.capture.note = "the run ended inside the window"
+                break
             rows, elapsed = rec.count - first, perf_counter() - began
             if rows >= self.window_rows or elapsed >= MAX_SECONDS:
                 break
@@ -126,7 +129,7 @@ class OpsWindowProbe:
             after = perf_counter()
             self.capture = OpsCapture(
                 status="captured",
-                start=anchor_s,
+                start=after - rec.t0,  # tracing is on from here at the latest
                 anchor_ns=anchor_ns,
                 anchor_s=anchor_s,
                 start_cost=after - before,

@@ -29,6 +29,11 @@ SPLIT_NOTE = (
     "ops that was busy then; other is the rest (Python, the framework between ops, idle)."
 )
 NAME_WIDTH = 60
+STYLE = (
+    "<style>.tfdiag table.tfdiag-ops td,.tfdiag table.tfdiag-layers td{white-space:nowrap}"
+    ".tfdiag table.tfdiag-ops td:nth-child(2),.tfdiag table.tfdiag-ops td:nth-child(3)"
+    "{text-align:left}</style>"
+)
 
 
 def has_window(ops: dict[str, Any] | None) -> bool:
@@ -95,7 +100,7 @@ def ops_html(ops: dict[str, Any] | None) -> str:
     e = escape
     if not has_window(ops):
         return f"<p>Ops window: not captured ({e(str(ops.get('note') or ops.get('status')))}).</p>"
-    parts = [f'<p class="tfdiag-ops-window">Ops window: {e(_window_line(ops))}</p>']
+    parts = [STYLE, f'<p class="tfdiag-ops-window">Ops window: {e(_window_line(ops))}</p>']
     if ops.get("note"):
         parts.append(f'<p class="muted">{e(ops["note"])}</p>')
     duration = ops["split"].get("duration")

@@ -312,3 +312,7 @@ def test_command_line_ops(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.search(r"Ops window: window of \d+ steps", done.stdout)
     assert_sound_window(json.loads(report.read_text())["ops"])
+
+
+def test_ops_is_documented_in_the_magic_help(ip):
+    assert "--ops" in ip.find_line_magic("tfprofile").__doc__

@@ -44,6 +44,7 @@ after = float(keras.random.uniform((), seed=keras.random.SeedGenerator(3)))
 """
 
 LOOP_CELL = """
+import time
 import numpy as np, tensorflow as tf, keras
 keras.utils.set_random_seed(2)
 x = np.random.default_rng(0).normal(size=(1024, 16)).astype('float32')
@@ -66,11 +67,15 @@ for step, (xb, yb) in enumerate(tf.data.Dataset.from_tensor_slices((x, y)).batch
     if step == FAIL_AT:
         raise ValueError(f"bad batch at step {step}")
     losses.append(float(train_step(xb, yb)))
+    time.sleep(PAUSE)
 """
 
 
-def loop_cell(steps: int = 40, fail_at: int = -1) -> str:
-    return LOOP_CELL.replace("STEPS", str(steps)).replace("FAIL_AT", str(fail_at))
+def loop_cell(steps: int = 40, fail_at: int = -1, pause: float = 0.0) -> str:
+    """The loop; `pause` seconds after each step keep a short run longer than the window
+    thread's 5 ms between reads of the count, however fast the machine."""
+    cell = LOOP_CELL.replace("STEPS", str(steps)).replace("FAIL_AT", str(fail_at))
+    return cell.replace("PAUSE", str(pause))
 
 
 def _profiler_running() -> bool:
@@ -230,10 +235,10 @@ def test_a_run_without_ops_has_no_window(ip):
 
 def test_a_cell_that_raises_inside_the_window(ip):
     before = _window_folders()
-    plain = run_cell(ip, loop_cell(fail_at=12))
-    outcome, r = profiled(ip, loop_cell(fail_at=12), "-q -o r --ops")
+    plain = run_cell(ip, loop_cell(fail_at=9, pause=0.01))
+    outcome, r = profiled(ip, loop_cell(fail_at=9, pause=0.01), "-q -o r --ops")
     error = outcome.error_in_exec
-    assert isinstance(error, ValueError) and str(error) == "bad batch at step 12"
+    assert isinstance(error, ValueError) and str(error) == "bad batch at step 9"
 
     def user_frames(exc: BaseException) -> list[tuple[int, str, str | None]]:
         return [
@@ -245,7 +250,7 @@ def test_a_cell_that_raises_inside_the_window(ip):
     # The same innermost frame: the cell's own line (numbered with the %%tfprofile line).
     assert user_frames(error)[-1][1:] == user_frames(plain.error_in_exec)[-1][1:]
     assert r.record.error.type == "ValueError"
-    assert r.record.step_count >= 12  # what was recorded before it is kept
+    assert r.record.step_count >= 9  # what was recorded before it is kept
     ops = r.report()["ops"]
     assert ops["note"] == "the run ended inside the window"
     assert_sound_window(ops)
@@ -254,7 +259,7 @@ def test_a_cell_that_raises_inside_the_window(ip):
 
 def test_a_run_shorter_than_the_window(ip):
     before = _window_folders()
-    _outcome, r = profiled(ip, loop_cell(steps=6), "-q -o r --ops")
+    _outcome, r = profiled(ip, loop_cell(steps=6, pause=0.03), "-q -o r --ops")
     ops = r.report()["ops"]
     assert ops["note"] == "the run ended inside the window"
     assert 1 <= ops["window"]["steps"] <= 3
@@ -316,3 +321,16 @@ def test_command_line_ops(tmp_path):
 
 def test_ops_is_documented_in_the_magic_help(ip):
     assert "--ops" in ip.find_line_magic("tfprofile").__doc__
+
+
+def test_a_trace_that_cannot_be_read_is_reported_as_unread():
+    from tfdiag_magic.ops_summary import summarise_ops
+    from tfdiag_magic.report import build_report
+
+    record = Record()
+    record.ops_window = OpsCapture(status="captured", xspace=b"\xff not a trace \xff")
+    with pytest.raises(Exception):  # noqa: B017 (protobuf's DecodeError; the session notes it)
+        summarise_ops(record)
+    ops = build_report(record, [])["ops"]
+    assert ops["status"] == "unread" and "problems" in ops["note"]
+    assert "Ops" not in tabs_of(build_report(record, []))

@@ -145,4 +145,6 @@ def _ops(record: Record) -> dict[str, Any] | None:
         return None
     if capture.summary is not None:
         return capture.summary
+    if capture.status == "captured":  # reading the trace failed: the problems say how
+        return {"status": "unread", "note": "the trace could not be read (see problems)"}
     return {"status": capture.status, "note": capture.note}

@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from time import perf_counter
+from typing import Any
 
 from ..record import OpsCapture, Record
 from ..recorder import Recorder
@@ -69,6 +70,7 @@ class OpsWindowProbe:
         self._lock = threading.Lock()  # the profiler's start and stop, from either thread
         self._running = False  # our profiler session is running
         self._logdir: str | None = None
+        self._profiler: Any = None  # TensorFlow's profiler_v2 module, imported on install
 
     def install(self, recorder: Recorder) -> None:
         self._rec = recorder
@@ -78,6 +80,10 @@ class OpsWindowProbe:
                 "its profiler can start"
             )
             return
+        # Imported here, on the run's thread: never an import racing the cell's from the watcher.
+        from tensorflow.python.profiler import profiler_v2
+
+        self._profiler = profiler_v2
         self._logdir = tempfile.mkdtemp(prefix="tfdiag-ops-")
         self._stop.clear()
         self._thread = threading.Thread(target=self._watch, name="tfdiag-ops-window", daemon=True)
@@ -105,8 +111,7 @@ class OpsWindowProbe:
         self._stop_profiler(rec)
 
     def _start_profiler(self, rec: Recorder) -> bool:
-        from tensorflow.python.profiler import profiler_v2
-
+        profiler_v2 = self._profiler
         with self._lock:
             if self._stop.is_set():
                 return False
@@ -137,8 +142,7 @@ class OpsWindowProbe:
             return True
 
     def _stop_profiler(self, rec: Recorder) -> None:
-        from tensorflow.python.profiler import profiler_v2
-
+        profiler_v2 = self._profiler
         with self._lock:
             if not self._running:
                 return

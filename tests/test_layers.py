@@ -48,7 +48,17 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     # Pure functions of a record: findings, rewrites of the cell, comparisons, the JSON report.
     # Also a record's exports, and a multi-worker job's reports read back and diagnosed.
-    "analysis": ("diagnose", "rewrite", "experiments", "report", "timeline", "export", "jobs"),
+    "analysis": (
+        "diagnose",
+        "rewrite",
+        "experiments",
+        "report",
+        "timeline",
+        "export",
+        "jobs",
+        "xplane",
+        "ops_summary",
+    ),
     # A run from start to result.
     "result": ("result", "session"),
     # What the user sees.

@@ -31,16 +31,19 @@ __all__ = [
 ]
 
 
-def profile(*, memory_interval: float = 0.05, nvml: bool = True) -> Session:
+def profile(*, memory_interval: float = 0.05, nvml: bool = True, ops: bool = False) -> Session:
     """Profile a block: ``with profile() as result: ...``; `result` is filled when it ends.
 
     Steps are recorded from Keras calls, tf.function calls, eager optimizer updates and
     ``step()`` markers (a block's own loops are instrumented only by ``%%tfprofile`` and
-    ``python -m tfdiag_magic profile``).
+    ``python -m tfdiag_magic profile``). `ops`: TensorFlow's profiler over a few steady steps
+    (``--ops``).
     """
     from .session import Session, SessionOptions
 
-    return Session(SessionOptions(memory_interval=memory_interval, nvml=nvml), label="profile()")
+    return Session(
+        SessionOptions(memory_interval=memory_interval, nvml=nvml, ops=ops), label="profile()"
+    )
 
 
 def merge(paths: Any) -> MergedResult:

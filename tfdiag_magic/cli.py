@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not record the iterations of the script's loops (its functions' included)",
     )
+    run.add_argument(
+        "--ops",
+        action="store_true",
+        help="also record TensorFlow's own profiler trace over a few steady steps: where"
+        " inside the step the time went, the top ops and Keras layers",
+    )
     demo = sub.add_parser("demo", help="profile the bundled example with a known problem")
     demo.add_argument(
         "--html",
@@ -124,7 +130,7 @@ def merge_reports(paths: list[str], json_path: str | None, html_path: str | None
 
 
 def profile_script(
-    script: str | os.PathLike[str], argv: list[str], instrument: bool = True
+    script: str | os.PathLike[str], argv: list[str], instrument: bool = True, ops: bool = False
 ) -> tuple[ProfileResult, BaseException | None]:
     """Run `script` as ``python SCRIPT ARGV...`` runs it, in a session.
 
@@ -135,7 +141,7 @@ def profile_script(
     are put back afterwards, however it ended.
     """
     from .code_runner import prepare, run
-    from .session import Session
+    from .session import Session, SessionOptions
 
     given = os.fspath(script)
     # Python joins a relative script path to the working folder, without normalising it, for
@@ -147,6 +153,7 @@ def profile_script(
     main_module = _main_module(path)
     namespace: dict[str, Any] = main_module.__dict__
     session = Session(
+        SessionOptions(ops=ops),
         source=source,
         loops=prepared.loops,
         namespace=namespace,
@@ -316,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"tfdiag_magic: no such script: {script}", file=sys.stderr)
                 return 2
             try:
-                result, error = profile_script(args.script, args.args, instrument=not args.no_loops)
+                result, error = profile_script(
+                    args.script, args.args, instrument=not args.no_loops, ops=args.ops
+                )
             except SyntaxError as exc:
                 return _syntax_error(exc)
             worker = _worker_suffix(result)

@@ -102,6 +102,14 @@ class TFProfileMagics(Magics):
         help="do not record the iterations of the cell's for/while loops (its functions' too)",
     )
     @argument(
+        "--ops",
+        action="store_true",
+        help="also record TensorFlow's own profiler trace over a few steady steps (after 5 "
+        "steps, for up to 20 steps or 1.5 s): where inside the step the time went (input, "
+        "host ops, device ops, collectives, the rest), the top ops and Keras layers; the "
+        "result's .ops",
+    )
+    @argument(
         "--memory-interval",
         metavar="SECONDS",
         type=float,
@@ -237,7 +245,7 @@ class TFProfileMagics(Magics):
         from .session import Session, SessionOptions
 
         return Session(
-            SessionOptions(memory_interval=args.memory_interval),
+            SessionOptions(memory_interval=args.memory_interval, ops=args.ops),
             source=code,
             loops=prepared.loops,
             namespace=self.shell.user_ns,

@@ -352,6 +352,26 @@ class ErrorInfo:
 
 
 @dataclass
+class OpsCapture:
+    """TensorFlow's own profiler trace of a few steady steps (``--ops``), as the ops window
+    captured it, and once read (`ops_summary.summarise_ops`), its summary."""
+
+    status: str  # "captured", or "skipped" (`note` says why)
+    note: str = ""  # why the window was skipped, or what was unusual about it
+    start: float = float("nan")  # seconds since the run began, when the profiler started
+    stop: float = float("nan")  # and when it stopped
+    # One reading of both clocks: the profiler's (wall clock, ns) and the run's (seconds since
+    # it began), taken together when the window started; they map the trace onto the steps.
+    anchor_ns: int = 0
+    anchor_s: float = 0.0
+    start_cost: float = 0.0  # seconds the profiler's start took
+    stop_cost: float = 0.0  # seconds its stop (collecting and writing the trace) took
+    trace_bytes: int = 0  # size of the trace file
+    xspace: bytes = b""  # the serialized trace, until it is read
+    summary: dict[str, Any] | None = None  # the JSON report's ``ops``
+
+
+@dataclass
 class Record:
     """Everything measured in one run. Times are seconds since the run started."""
 
@@ -386,6 +406,7 @@ class Record:
     dropped: DroppedSteps | None = None
     # Where the table is reduced: each row's index among all rows recorded (None: 0, 1, 2...)
     step_index: np.ndarray | None = None
+    ops_window: OpsCapture | None = None  # with ``--ops``: the profiler trace's window
 
     @property
     def step_count(self) -> int:

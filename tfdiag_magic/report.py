@@ -5,7 +5,9 @@ Later versions add fields to schema 1; they never rename or remove one. Added si
 absent, ``stored_as`` (the variable holding the result, null when none), ``steps.recorded``
 (rows recorded, ``steps.rows`` being those the table holds) and ``steps.reduced`` (how a long
 run's table was thinned, null when it holds every row), ``timeline`` (a few steady steps laid
-out in time, `timeline.py`; null for a run with fewer than three steps).
+out in time, `timeline.py`; null for a run with fewer than three steps), ``ops`` (the ops
+window of a run made with ``--ops``, `ops_summary.py`: its status, steps, per-step split, top
+ops and layers, and its cost; null without ``--ops``).
 """
 
 from __future__ import annotations
@@ -131,5 +133,18 @@ def build_report(
         "comparison": comparison,
         "sweep": sweep,
         "stored_as": stored_as,
+        "ops": _ops(record),
     }
     return json_safe(report)
+
+
+def _ops(record: Record) -> dict[str, Any] | None:
+    """The ops window's summary; a window that was skipped or not read is its status alone."""
+    capture = record.ops_window
+    if capture is None:
+        return None
+    if capture.summary is not None:
+        return capture.summary
+    if capture.status == "captured":  # reading the trace failed: the problems say how
+        return {"status": "unread", "note": "the trace could not be read (see problems)"}
+    return {"status": capture.status, "note": capture.note}

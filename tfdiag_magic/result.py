@@ -83,6 +83,19 @@ class ProfileResult:
         return self._frame
 
     @property
+    def ops(self):  # -> pandas.DataFrame | None
+        """The ops window's top ops (``--ops``), a row per op: name, type, where (host,
+        device, input, collective, input pipeline), count, self_time (s), per_step (s),
+        share (of the window's step time the op was running); None without a window."""
+        capture = self.finished_record().ops_window
+        if capture is None or capture.summary is None:
+            return None
+        import pandas as pd
+
+        columns = ["name", "type", "where", "count", "self_time", "per_step", "share"]
+        return pd.DataFrame(capture.summary["top_ops"], columns=columns)
+
+    @property
     def error(self):
         return self.finished_record().error
 

@@ -35,6 +35,7 @@ from .probes.logged_warnings import WarningsProbe
 from .probes.loops import LoopHooks, LoopProbe
 from .probes.memory import MemoryProbe
 from .probes.nvml_probe import NVMLProbe
+from .probes.ops_window import OpsWindowProbe
 from .probes.optimizer_updates import OptimizerProbe
 from .probes.tf_functions import TFFunctionProbe
 from .probes.worker import WorkerProbe
@@ -49,6 +50,7 @@ class SessionOptions:
     memory_interval: float = 0.05  # seconds between host/GPU memory samples
     nvml_interval: float = 0.1  # seconds between NVML samples (when a GPU exists)
     nvml: bool = True
+    ops: bool = False  # the ops window: TensorFlow's profiler over a few steady steps
 
 
 class Session:
@@ -126,6 +128,8 @@ class Session:
             ]
             if self.loop_hooks is not None:
                 probes.append(LoopProbe(self.loop_hooks, self.namespace))
+            if self.options.ops:
+                probes.append(OpsWindowProbe(self.source))
             self._finishers = probes  # every probe writes its part of the record
             for probe in probes:
                 probe.install(rec)
@@ -250,6 +254,11 @@ class Session:
             self._stage(f"record ({probe.name} probe)", probe.finish, record)
         _attribute_events(record)
         _spread_over_fused_groups(record, rec.fused_groups)
+        if record.ops_window is not None:
+            from .ops_summary import summarise_ops
+
+            self._stage("record (ops window)", summarise_ops, record)
+            record.ops_window.xspace = b""  # read or not, the trace is not kept
         return record
 
 

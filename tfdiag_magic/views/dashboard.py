@@ -2,12 +2,13 @@
 
 Tabs: Overview, Steps, Memory, GPU, Findings, Data, with Compare (``--compare``: before, after,
 change, verdict) or Sweep (``--sweep``: the table of runs, the plot, the recommendation) first,
-and selected, when the run has one. A range slider over the steps zooms every
-plot and recomputes the window's statistics from the exact columns; series can be toggled and
-step time drawn on a log scale. Plots are matplotlib PNGs (`dash_plots`), drawn for the tab
-that is showing and redrawn for another tab when it is opened; their figures are kept between
-windows (`dash_figures`), and a window's statistics come from a `WindowIndex`, so a slider
-move costs about the same on a run of a million steps as on a short one.
+and selected, when the run has one, and Ops last with an ops window (``--ops``). A range
+slider over the steps zooms every plot and recomputes the window's statistics from the exact
+columns; series can be toggled and step time drawn on a log scale. Plots are matplotlib PNGs
+(`dash_plots`), drawn for the tab that is showing and redrawn for another tab when it is
+opened; their figures are kept between windows (`dash_figures`), and a window's statistics
+come from a `WindowIndex`, so a slider move costs about the same on a run of a million steps
+as on a short one.
 
 `dashboard_bundle` returns the display data for a notebook output: the widget view together
 with the static HTML view and the text report, so a frontend that cannot render widgets
@@ -43,6 +44,7 @@ from .html import (
     tabs_of,
 )
 from .live import WIDGET_VIEW
+from .ops import ops_html
 from .text import headline
 
 TAB_TITLES = ("Overview", "Steps", "Memory", "GPU", "Findings", "Data")
@@ -212,6 +214,9 @@ class Dashboard:
             first.append(self._add(w.HTML(self._wrap(sweep_html(self.report["sweep"], png)))))
         elif self.report.get("comparison"):
             first.append(self._add(w.HTML(self._wrap(comparison_html(self.report["comparison"])))))
+        last = []
+        if "Ops" in self.titles:  # an ops window (--ops)
+            last.append(self._add(w.HTML(self._wrap(ops_html(self.report["ops"])))))
         self.tab = self._add(
             w.Tab(
                 children=[
@@ -222,6 +227,7 @@ class Dashboard:
                     gpu_tab,
                     findings_tab,
                     data_tab,
+                    *last,
                 ],
                 titles=self.titles,
             )

@@ -20,6 +20,7 @@ from .dash_findings import finding_html, findings_to_show, sorted_findings
 from .dash_plots import png_data_uri
 from .dash_table import csv_text, data_link, table_html
 from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
+from .ops import has_window, ops_html
 from .text import (
     KERAS_FUNCTIONS_NOTE,
     headline,
@@ -82,13 +83,15 @@ PAGE_CSV_LIMIT = 50_000  # steps up to which the report file carries its CSV
 
 
 def tabs_of(report: dict[str, Any]) -> tuple[str, ...]:
-    """The tabs of a run's report: a Compare or Sweep tab first when the run has one."""
+    """The tabs of a run's report: a Compare or Sweep tab first when the run has one, an Ops
+    tab last when it has an ops window (``--ops``)."""
     first: tuple[str, ...] = ()
     if report.get("sweep"):
         first = ("Sweep",)
     elif report.get("comparison"):
         first = ("Compare",)
-    return first + TABS
+    last = ("Ops",) if has_window(report.get("ops")) else ()
+    return first + TABS + last
 
 
 def findings_html(report: dict[str, Any], buttons: bool) -> str:
@@ -373,6 +376,8 @@ def render_html(
         panels["Compare"] = comparison_html(report["comparison"])
     if report.get("sweep"):
         panels["Sweep"] = sweep_html(report["sweep"], plots.get("sweep"))
+    if report.get("ops"):
+        panels["Ops"] = ops_html(report["ops"])
     parts: list[str] = ['<div class="tfdiag">', *header]
     if full_page:
         parts.append('<div class="tfdiag-tabs">')
@@ -386,7 +391,7 @@ def render_html(
             parts.append(f'<div class="tfdiag-panel" id="tfdiag-panel{i}">{panels[name]}</div>')
         parts.append("</div>")
     else:
-        for name in tabs[: len(tabs) - len(TABS)]:
+        for name in tabs[: tabs.index("Overview")]:
             parts.append(f"<h4>{name}</h4>{panels[name]}")
         parts.append(panels["Overview"])
         parts.append(panels["Steps"])
@@ -396,6 +401,8 @@ def render_html(
             parts.append(f"<h4>GPU</h4>{_image(plots['gpu'], 'GPU over time')}")
         if findings:
             parts.append("<h4>Findings</h4>" + panels["Findings"])
+        if "Ops" in panels:
+            parts.append("<h4>Ops</h4>" + panels["Ops"])
         parts.append(f"<details><summary>Steps table</summary>{panels['Data']}</details>")
     parts.append("</div>")
     body = "\n".join(parts)

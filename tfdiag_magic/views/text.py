@@ -11,6 +11,7 @@ from typing import Any
 from ..report import table_note
 from ..units import evidence_value, rate, seconds, share, size
 from .experiments import comparison_text, insert_cell, sweep_text
+from .ops import ops_text
 from .timeline import timeline_text
 
 # Measured (Keras 3.15): per model, fit/evaluate/predict reuse one train, test and predict
@@ -115,6 +116,7 @@ def render_text(report: dict[str, Any]) -> str:
     if split.get("data_wait_note"):
         out.append(f"  (data wait: {split['data_wait_note']})")
     out.extend(timeline_text(report.get("timeline")))
+    out.extend(ops_text(report.get("ops")))
     memory = report["memory"]
     if memory["host_rss"]:
         m = memory["host_rss"]

@@ -1,0 +1,72 @@
+"""The dashboard's Ops tab in JupyterLab 4, in a real browser (headless Chromium).
+
+A ``%%tfprofile --ops`` cell trains a small Keras model; the dashboard that replaces the live
+view has an Ops tab last; opened, it lists the window's top ops, a MatMul among them, and the
+per-step split. The JupyterLab server, the browser and the cell runner are tests/test_browser.py's;
+the screenshot goes to test-artifacts/browser-ops-tab.png.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from tests.test_browser import TABS, _run_cell, browser, lab  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
+
+CELLS = [
+    "%load_ext tfdiag_magic",
+    "%%tfprofile --ops -o r\n"
+    "import numpy as np, keras\n"
+    "x = np.random.default_rng(0).normal(size=(4096, 16)).astype('float32')\n"
+    "y = x.sum(axis=1, keepdims=True)\n"
+    "model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation='relu'), "
+    "keras.layers.Dense(1)])\n"
+    "model.compile(optimizer='sgd', loss='mse')\n"
+    "model.fit(x, y, batch_size=32, epochs=2, verbose=0);",
+]
+
+
+def test_ops_tab_lists_the_window_ops(browser, lab, artifacts):  # noqa: F811
+    url, root, token = lab
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, root / "ops.ipynb")
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        page.goto(f"{url}/lab/tree/ops.ipynb?token={token}")
+        page.wait_for_selector(".jp-Notebook .jp-Cell")
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count():
+            accept.first.click()
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        no_news = page.locator(".jp-Notification-Toast-Close, .jp-toast-button:has-text('No')")
+        if no_news.count():
+            no_news.first.click()
+        _run_cell(page, 0)
+        _run_cell(page, 1)
+        dashboard = page.locator(".tfdiag-dashboard").first
+        dashboard.wait_for(state="visible", timeout=180_000)
+        labels = dashboard.locator(".lm-TabBar-tabLabel").all_inner_texts()
+        assert labels == [*TABS, "Ops"]
+        dashboard.locator(".lm-TabBar-tab", has_text="Ops").click()
+        table = dashboard.locator("table.tfdiag-ops").locator("visible=true").first
+        table.wait_for(state="visible")
+        types = table.locator("tr td:nth-child(2)").all_inner_texts()
+        assert any("MatMul" in t for t in types), types
+        text = dashboard.locator(".widget-tab-contents").inner_text()
+        assert "Ops window: window of" in text and "host ops" in text
+        dashboard.screenshot(path=str(artifacts / "browser-ops-tab.png"))
+    except Exception:
+        page.screenshot(path=str(artifacts / "browser-ops-failure.png"))
+        raise
+    finally:
+        context.close()

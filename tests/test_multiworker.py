@@ -6,6 +6,7 @@ finding that says it does not run there, and the two ways out)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -45,6 +46,11 @@ def test_a_healthy_job_has_no_straggler(tmp_path):
         assert worker.steps == STEPS
         assert worker.input_wait_share is not None and worker.input_wait_share < 0.2, worker
         assert len(worker.input_series) >= 3
+        # Each report carries its steps by index, the merge's Workers plot aligns them.
+        series = worker.step_series
+        assert series["every"] == 1 and series["step"] == list(range(STEPS)), series["step"][:5]
+        assert all(d > 0 for d in series["duration"]) and series["interval"][-1] is None
+        assert 0 < worker.beyond_input_s <= worker.median_step_s and worker.collective_s is None
     report = json.loads(merged.to_json())
     assert [w["task_index"] for w in report["workers"]] == [0, 1]
     assert report["findings"] == []
@@ -64,6 +70,10 @@ def test_the_worker_with_a_slow_input_is_named_the_straggler(tmp_path):
     # Synchronous steps: both workers' steps last about as long; the waits tell them apart.
     steps = ev["median_step_s"]
     assert 0.5 <= steps["worker 0"] / steps["worker 1"] <= 2.0, steps
+    # The fast worker's step is mostly its own work and its wait for the slow one in the
+    # collective; the slow worker's is mostly its wait for input.
+    fast, slow = merged.workers
+    assert fast.beyond_input_s > 2 * slow.beyond_input_s, (fast, slow)
     # The command line: text, JSON with the workers, HTML with the Workers table and the plot.
     out = tmp_path / "merged.json"
     page = tmp_path / "merged.html"
@@ -78,6 +88,8 @@ def test_the_worker_with_a_slow_input_is_named_the_straggler(tmp_path):
             str(out),
             "--html",
             str(page),
+            "--chrome-trace",
+            str(tmp_path / "job.trace.json"),
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -92,7 +104,21 @@ def test_the_worker_with_a_slow_input_is_named_the_straggler(tmp_path):
     assert report["findings"][0]["evidence"]["task_index"] == 1
     assert {w["name"]: w["findings"] for w in report["workers"]}["worker 1"] == ["input-bound"]
     html = page.read_text()
-    assert "Workers (2)" in html and html.count("<polyline") == 2
+    assert "Workers (2)" in html and "compute + collective" in html
+    for plot in ("tfdiag-worker-steps", "tfdiag-worker-waits"):
+        drawn = html.split(f'class="{plot}"')[1].split("</svg>")[0]
+        assert drawn.count("<polyline") == 2, plot
+    # The merged trace: a process per worker, its steps one after the other from 0.
+    trace = json.loads((tmp_path / "job.trace.json").read_text())
+    events = trace["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {0: "worker 0", 1: "worker 1"}
+    for pid in names:
+        steps = [e for e in events if e["ph"] == "X" and e["pid"] == pid]
+        assert [e["args"]["step"] for e in steps] == list(range(STEPS))
+        assert steps[0]["ts"] == 0
+        assert all(b["ts"] >= a["ts"] + a["dur"] - 0.01 for a, b in itertools.pairwise(steps))
+    assert "clocks are not compared" in trace["metadata"]["aligned"]
 
 
 def test_keras_fit_under_the_strategy_is_named_with_the_ways_out(tmp_path):

@@ -77,6 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("reports", nargs="+", help="report files, or folders of *.tfdiag.json")
     merge.add_argument("--json", metavar="PATH", default=None, help="write the merged JSON report")
     merge.add_argument("--html", metavar="PATH", default=None, help="write the merged HTML report")
+    merge.add_argument(
+        "--chrome-trace",
+        metavar="PATH",
+        default=None,
+        help="write the workers' steps as Trace Event JSON (a process per worker), for "
+        "ui.perfetto.dev or chrome://tracing",
+    )
     explain = sub.add_parser("explain", help="print the documentation of a finding code")
     explain.add_argument("code", nargs="?", help="a finding code; without one, list the codes")
     gpu = sub.add_parser("gpu", help="the GPU doctor: can TensorFlow use the GPU, and if not, why")
@@ -111,7 +118,9 @@ def gpu_doctor(json_path: str | None) -> int:
     return 0
 
 
-def merge_reports(paths: list[str], json_path: str | None, html_path: str | None) -> int:
+def merge_reports(
+    paths: list[str], json_path: str | None, html_path: str | None, trace_path: str | None = None
+) -> int:
     """Print the merged report of a job's workers; 2 where a path is no report."""
     from .jobs.merged import merge
     from .jobs.workers import NotAReportError
@@ -126,6 +135,8 @@ def merge_reports(paths: list[str], json_path: str | None, html_path: str | None
         _write_report("JSON report", Path(json_path), merged.to_json)
     if html_path is not None:
         _write_report("HTML report", Path(html_path), merged.write_html)
+    if trace_path is not None:
+        _write_report("Chrome trace", Path(trace_path), merged.to_chrome_trace)
     return 0
 
 
@@ -313,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "gpu":
         return gpu_doctor(args.json)
     if args.command == "merge":
-        return merge_reports(args.reports, args.json, args.html)
+        return merge_reports(args.reports, args.json, args.html, args.chrome_trace)
     from .tf_runtime import TensorFlowMissingError
 
     try:

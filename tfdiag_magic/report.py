@@ -19,7 +19,7 @@ from typing import Any
 from .findings import Finding
 from .record import Record
 from .stats import gc_stats, memory_stats, phase_stats, time_split, training_step_count
-from .timeline import step_timeline
+from .timeline import step_timeline, training_series
 
 SCHEMA = 1
 MAX_WARNINGS_IN_REPORT = 50
@@ -110,6 +110,7 @@ def build_report(
         },
         "time_split": split.to_dict(),
         "timeline": step_timeline(record),
+        "step_series": training_series(record),
         "memory": memory.to_dict(),
         "functions": [vars(f).copy() for f in record.functions],
         "tracing": {

@@ -115,3 +115,32 @@ def _covered(segments: list[list[Any]], kind: str) -> float:
             total += b - a
             reach = b
     return total
+
+
+SERIES_POINTS = 2048  # at most this many points in a report's step series
+
+
+def training_series(record: Record, points: int = SERIES_POINTS) -> dict[str, Any] | None:
+    """The training steps' times along the run, thinned evenly to at most `points`: each kept
+    step's index among the training steps, its duration and the time from its start to the
+    next step's (what the step cost the run, waits included). What a merge of a job's workers
+    aligns by step index; None without two training steps. A long run's reduced table gives
+    the steps it kept in full (`complete` false)."""
+    table = record.steps
+    rows = np.flatnonzero((table["phase"] == Phase.TRAIN) & (table["kind"] != Kind.LOOP))
+    complete = not record.reduced
+    if not complete:
+        rows = rows[rows < record.dropped.full_rows]
+    if rows.size < 2:
+        return None
+    starts = table["start"][rows]
+    intervals = np.append(np.diff(starts), np.nan)  # the last step has no next
+    every = max(1, -(-rows.size // points))
+    keep = np.arange(0, rows.size, every)
+    return {
+        "every": int(every),
+        "complete": complete,
+        "step": keep.tolist(),
+        "duration": [round(float(v), 7) for v in table["duration"][rows][keep]],
+        "interval": [None if np.isnan(v) else round(float(v), 7) for v in intervals[keep]],
+    }

@@ -219,3 +219,23 @@ def write_chrome_trace(
 
     trace = {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
     return write_text_atomic(path, json.dumps(trace, allow_nan=False, separators=(",", ":")))
+
+
+def worker_step_events(series: dict[str, Any], pid: int, process_name: str) -> list[dict]:
+    """A merged job's worker as a process of the trace: its training steps from its report's
+    `step_series`, each at the sum of the intervals before it, from 0 (the workers' clocks are
+    never compared: every worker's lane starts at its first step). Where the series keeps one
+    step in `every`, each kept step stands for `every` steps and is placed so."""
+    every = int(series.get("every") or 1)
+    tid = PHASE_TIDS[int(Phase.TRAIN)]
+    events = [
+        _metadata_event("process_name", pid, COUNTER_TID, process_name),
+        _metadata_event("process_sort_index", pid, COUNTER_TID, pid),
+        _metadata_event("thread_name", pid, tid, LANE_NAMES[tid]),
+    ]
+    at = 0.0
+    steps, durations, intervals = series["step"], series["duration"], series["interval"]
+    for step, duration, interval in zip(steps, durations, intervals, strict=True):
+        events.append(_complete("train step", at, duration, pid, tid, step=step))
+        at += (interval if interval is not None else duration) * every
+    return events

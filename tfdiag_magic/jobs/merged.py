@@ -51,6 +51,7 @@ class MergedResult:
         self.workers = workers
         finding = straggler.check(workers)
         self.findings: list[Finding] = [finding] if finding is not None else []
+        self._dashboard: Any = None  # the widgets of its last display in a notebook
 
     def report(self) -> dict[str, Any]:
         """The merged JSON report: schema 1's keys, from the first worker's report (the chief
@@ -89,6 +90,45 @@ class MergedResult:
         from ..files import write_text_atomic
 
         return write_text_atomic(path, self.to_html(full_page=True))
+
+    def to_chrome_trace(self, path: str | Path) -> Path:
+        """The workers' steps as Trace Event JSON (Perfetto, chrome://tracing), a process per
+        worker, each lane from its own first step: aligned by start, never by clock."""
+        from ..export.chrome_trace import worker_step_events, write_chrome_trace
+
+        events: list[dict] = []
+        for pid, worker in enumerate(self.workers):
+            if worker.step_series:
+                events.extend(worker_step_events(worker.step_series, pid, worker.name))
+        metadata = {
+            "tool": "tfdiag_magic",
+            "merged_from": [w.path for w in self.workers],
+            "workers": [w.name for w in self.workers],
+            "without_step_series": [w.name for w in self.workers if not w.step_series],
+            "aligned": "each worker from its first step; clocks are not compared",
+        }
+        return write_chrome_trace(path, events, metadata)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict | None:
+        """In a Jupyter kernel with widgets on, the dashboard (Overview and Workers tabs) with
+        the text and HTML beside it; elsewhere None, and IPython shows the HTML and text."""
+        try:
+            from IPython import get_ipython
+
+            from ..config import in_kernel, settings_of
+            from ..views.workers_dashboard import workers_bundle
+
+            shell = get_ipython()
+            if shell is None or not in_kernel(shell) or not settings_of(shell).widgets:
+                return None
+            if self._dashboard is not None:
+                self._dashboard.close()
+            report = self.report()
+            static = {"text/plain": self.summary(), "text/html": self.to_html(full_page=False)}
+            data, self._dashboard = workers_bundle(report, static)
+            return data
+        except Exception:  # no widgets here: the static views show instead
+            return None
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text("<MergedResult>" if cycle else self.summary())

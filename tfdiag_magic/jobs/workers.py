@@ -33,7 +33,24 @@ class Worker:
     findings: list[dict[str, Any]]
     # (steps done, cumulative input wait, cumulative measured seconds) along the run
     input_series: list[tuple[float, float, float]] = field(default_factory=list)
+    # The training steps' durations and intervals by step index (the report's `step_series`);
+    # None for a report written before it was kept
+    step_series: dict[str, Any] | None = None
+    # Collective communication per step, from the worker's ops window (``--ops``); None where
+    # no window was captured: then only compute and collective together are known
+    collective_s: float | None = None
+    wait_in_step: bool = False  # the input wait was measured inside the steps (their iterator)
     report: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def beyond_input_s(self) -> float | None:
+        """The median step less the mean input wait per step: the worker's compute and its
+        wait for the others in the collective, together (not separable without the ops
+        window)."""
+        if self.median_step_s is None or self.steps <= 0:
+            return None
+        wait = self.input_wait_s / self.steps if self.wait_in_step else 0.0
+        return max(self.median_step_s - wait, 0.0)
 
     @property
     def input_wait_share(self) -> float | None:
@@ -55,6 +72,9 @@ class Worker:
             "input_wait_share": share,
             "host_peak_bytes": self.host_peak_bytes,
             "findings": [f["code"] for f in self.findings],
+            "compute_and_collective_s": self.beyond_input_s,
+            "collective_s": self.collective_s,
+            "step_series": self.step_series,
         }
 
 
@@ -94,8 +114,25 @@ def worker_of(report: dict[str, Any], path: str) -> Worker:
         host_peak_bytes=_number(host.get("peak")),
         findings=list(report.get("findings") or []),
         input_series=series,
+        step_series=report.get("step_series"),
+        collective_s=_collective(report),
+        wait_in_step=_measured_in_steps(report),
         report=report,
     )
+
+
+def _measured_in_steps(report: dict[str, Any]) -> bool:
+    return any(
+        f.get("input_elements") and f.get("input_span") for f in report.get("functions") or []
+    )
+
+
+def _collective(report: dict[str, Any]) -> float | None:
+    """Seconds of collective communication per step in the worker's ops window, if captured."""
+    ops = report.get("ops") or {}
+    if ops.get("status") != "captured":
+        return None
+    return _number((ops.get("split") or {}).get("collective"))
 
 
 def _input_wait(report: dict[str, Any]) -> tuple[float, float, list[tuple[float, float, float]]]:

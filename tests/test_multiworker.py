@@ -16,8 +16,9 @@ import pytest
 
 import tfdiag_magic
 from tests.job_support import CUSTOM_LOOP, KERAS_FIT
+from tfdiag_magic.jobs import straggler
 from tfdiag_magic.jobs.local import run_local_job
-from tfdiag_magic.jobs.workers import NotAReportError
+from tfdiag_magic.jobs.workers import NotAReportError, Worker
 
 pytestmark = pytest.mark.job  # several processes: kept apart from `make test-fast`
 
@@ -150,3 +151,40 @@ def test_merge_says_clearly_what_is_not_a_report(tmp_path):
         )
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def _worker(name: str, durations: list[float]) -> Worker:
+    n = len(durations)
+    return Worker(
+        path=name,
+        name=name,
+        task_type="worker",
+        task_index=int(name[-1]),
+        steps=n,
+        median_step_s=float(sorted(durations)[n // 2]),
+        wall_s=sum(durations),
+        input_wait_s=0.0,
+        input_measured_s=0.0,
+        host_peak_bytes=None,
+        findings=[],
+        step_series={
+            "every": 1,
+            "step": list(range(n)),
+            "duration": durations,
+            "interval": durations,
+        },
+    )
+
+
+def test_a_worker_slower_in_every_step_is_named_and_a_busy_stretch_is_not():
+    steady = [0.0004] * 60
+    # Slower hardware: every step 1.6x.
+    slower = straggler.check([_worker("worker 0", [0.00064] * 60), _worker("worker 1", steady)])
+    assert slower is not None and slower.evidence["worker"] == "worker 0"
+    assert slower.evidence["fastest_steps_ratio"] == pytest.approx(1.6)
+    # A neighbour busy over the first two thirds of one worker's run: its median moves, its
+    # fastest steps do not.
+    busy = straggler.check(
+        [_worker("worker 0", [0.001] * 40 + [0.0004] * 20), _worker("worker 1", steady)]
+    )
+    assert busy is None

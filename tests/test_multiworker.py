@@ -25,11 +25,12 @@ pytestmark = pytest.mark.job  # several processes: kept apart from `make test-fa
 STEPS = 200  # three windows of the input measure (read every 64 steps)
 
 
-def _merged(tmp_path: Path, slow: dict[int, dict[str, str]]):
+def _merged(tmp_path: Path, slow: dict[int, dict[str, str]], options: tuple[str, ...] = ()):
     runs = run_local_job(
         CUSTOM_LOOP,
         tmp_path,
         env_of={i: {"STEPS": str(STEPS), **slow.get(i, {})} for i in range(2)},
+        options=options,
     )
     for run in runs:
         assert run.returncode == 0, run.output[-3000:]
@@ -40,7 +41,11 @@ def _merged(tmp_path: Path, slow: dict[int, dict[str, str]]):
 
 
 def test_a_healthy_job_has_no_straggler(tmp_path):
-    merged = _merged(tmp_path, {})
+    # --ops is asked for and refused: TensorFlow's profiler, stopped during a collective, crashed
+    # workers of such jobs (tfdiag_magic/probes/ops_window.py); the job runs as without it.
+    merged = _merged(tmp_path, {}, options=("--ops",))
+    for worker in merged.workers:
+        assert "stays off in a worker of a 2-worker job" in worker.report["ops"]["note"]
     assert [w.name for w in merged.workers] == ["worker 0", "worker 1"]
     assert merged.findings == [], merged.summary()
     for worker in merged.workers:

@@ -44,11 +44,13 @@ def run_local_job(
     workers: int = 2,
     env_of: dict[int, dict[str, str]] | None = None,
     timeout_s: float = 240.0,
+    options: tuple[str, ...] = (),
 ) -> list[WorkerRun]:
     """Run `script` as every worker of a `workers`-worker job, in `folder` (the reports go to
     ``folder/reports/``); `env_of` adds environment variables per worker index. Returns each
     worker's exit status and output once all have ended; a worker still running after
-    `timeout_s` is killed, with every other."""
+    `timeout_s` is killed, with every other. `options` go to each worker's ``profile`` command
+    (``("--ops",)`` captures each worker's ops window)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(workers)]}
@@ -63,6 +65,7 @@ def run_local_job(
             env["PYTHONPATH"] = os.pathsep.join(paths)
             env.update((env_of or {}).get(index, {}))
             command = [sys.executable, "-m", "tfdiag_magic", "profile", "--json", "reports/"]
+            command.extend(options)
             command.append(str(Path(script).resolve()))
             processes.append(
                 subprocess.Popen(

@@ -33,8 +33,10 @@ class Exercise:
     less_memory: bool = False  # the run adds at most LESS_MEMORY of the baseline's host memory
     also_absent: tuple[str, ...] = ()  # findings a wrong fix would bring in
     # `input-bound` may stay when the pipeline has nothing left to add (no Python stage, none
-    # one element at a time, prefetched) and its wait is at most half the baseline's: on a
-    # machine whose cores the pipeline shares with the training step, that is all there is.
+    # one element at a time, prefetched) and the run is not measurably slower than the
+    # baseline: on a machine whose few cores the pipeline shares with the training step, that
+    # is all there is (on a 2-CPU machine a complete pipeline still waited 34 % of the time
+    # where the generator waited 36-40 %).
     pipeline_done_counts: bool = False
 
 
@@ -239,7 +241,7 @@ def _judge(spec: Exercise, namespace: dict[str, Any]) -> tuple[bool, list[str]]:
     findings = {f.code: f for f in run.findings}
     settled: list[str] = []
     if spec.resolves in findings:
-        settled = _pipeline_done(spec, findings[spec.resolves], baseline)
+        settled = _pipeline_done(spec, findings[spec.resolves], run, baseline)
         if not settled:
             return False, [f"`{spec.resolves}` is still there: {findings[spec.resolves].title}."]
     error = run.record.error
@@ -255,10 +257,12 @@ def _judge(spec: Exercise, namespace: dict[str, Any]) -> tuple[bool, list[str]]:
         solved, lines = _judge_alone(spec, run)
     else:
         solved, lines = _judge_against(spec, run, baseline)
-    return solved, (lines + settled if solved else lines)
+    if solved and settled:  # the finding stayed: say why it counts, not that it is gone
+        lines[0] = settled[0] + lines[0].removeprefix(f"`{spec.resolves}` is gone.")
+    return solved, lines
 
 
-def _pipeline_done(spec: Exercise, finding: Any, baseline: Any) -> list[str]:
+def _pipeline_done(spec: Exercise, finding: Any, run: Any, baseline: Any) -> list[str]:
     """Why an `input-bound` that stays still counts (see `Exercise.pipeline_done_counts`);
     [] when it does not."""
     if not spec.pipeline_done_counts or not _is_run(baseline):
@@ -266,16 +270,18 @@ def _pipeline_done(spec: Exercise, finding: Any, baseline: Any) -> list[str]:
     pipeline = finding.evidence.get("pipeline") or {}
     if pipeline.get("python") or pipeline.get("one_at_a_time") or not pipeline.get("prefetched"):
         return []
-    before = next((f for f in baseline.findings if f.code == finding.code), None)
+    from tfdiag_magic.experiments.compare import compare
+
+    comparison = compare(baseline, run, spec.baseline)
+    band = comparison.band
+    if band is not None and band.measurable and (comparison.speedup or 0) < 1:
+        return []  # a complete pipeline that made the training measurably slower
     share = finding.evidence.get("wait_share")
-    base = before.evidence.get("wait_share") if before is not None else None
-    if not isinstance(share, float) or not isinstance(base, float) or share > 0.5 * base:
-        return []
+    waited = f"stays at {share:.0%} of the training time" if isinstance(share, float) else "stays"
     return [
-        f"`{finding.code}` stays at {share:.0%} of the training time, down from {base:.0%}: your"
-        " pipeline has nothing left to add (no Python stage, parallel, prefetched), and on this"
-        " machine its work shares the CPU cores with the training step. With more cores, it"
-        " would be gone."
+        f"`{finding.code}` {waited}, but your pipeline has nothing left to add (no Python"
+        " stage, parallel, prefetched): on this machine its work shares the CPU cores with the"
+        " training step. With more cores, `map` would spread it over them."
     ]
 
 

@@ -117,7 +117,7 @@ def test_a_slowdown_that_follows_a_growing_tensor_is_shown_under_the_growth(tmp_
     earlier test left would be reused, and RSS need not rise)."""
     source = GROWING + (
         "outputs = tf.zeros((0, 64))\n"
-        "for i in range(600):\n"
+        "for i in range(1000):\n"
         "    out = train_step(x)\n"
         "    outputs = tf.concat([outputs, out], axis=0)\n"
     )

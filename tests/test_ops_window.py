@@ -24,8 +24,14 @@ import numpy as np
 import pytest
 
 from tests.helpers import profiled, run_cell
-from tfdiag_magic.ops_summary import layer_scope, ops_summary, short_name, step_split
-from tfdiag_magic.record import Kind, OpsCapture, Phase, Record
+from tfdiag_magic.ops_summary import (
+    keep_compressed,
+    layer_scope,
+    ops_summary,
+    short_name,
+    step_split,
+)
+from tfdiag_magic.record import KEPT_TRACE_BYTES, Kind, OpsCapture, Phase, Record
 from tfdiag_magic.views.html import tabs_of
 from tfdiag_magic.xplane import Category, parse_xspace, read_events, split_op
 
@@ -211,7 +217,7 @@ def test_window_of_a_fit_run_is_faithful_and_summarised(ip):
     assert tabs_of(r.report())[-1] == "Ops"
 
 
-def test_window_of_a_custom_loop(ip):
+def test_window_of_a_custom_loop(ip, tmp_path):
     before = _window_folders()
     outcome, r = profiled(ip, loop_cell(), "-q -o r --ops")
     assert outcome.success
@@ -225,12 +231,30 @@ def test_window_of_a_custom_loop(ip):
     kinds = r.steps["kind"].iloc[[s["step"] for s in ops["per_step"]]]
     assert set(kinds) == {"tf_function"}
     assert_nothing_left(before)
+    # The TensorBoard export puts the window's trace where the profile plugin finds it.
+    logdir = r.to_tensorboard(tmp_path / "logs")
+    traces = list(logdir.glob("plugins/profile/*/*.xplane.pb"))
+    assert len(traces) == 1, list(logdir.rglob("*"))
+    assert re.fullmatch(r"\d{4}(_\d\d){5}", traces[0].parent.name)
+    events = read_events(parse_xspace(traces[0].read_bytes()))
+    assert any("MatMul" in name for name in events.name), set(events.name)
+    assert list(logdir.glob("events.out.tfevents.*"))  # the scalars beside it
 
 
-def test_a_run_without_ops_has_no_window(ip):
+def test_a_run_without_ops_has_no_window(ip, tmp_path):
     _outcome, r = profiled(ip, loop_cell(steps=8))
     assert r.ops is None and r.report()["ops"] is None
     assert "Ops" not in tabs_of(r.report())
+    assert not (r.to_tensorboard(tmp_path) / "plugins").exists()
+
+
+def test_a_trace_too_large_to_keep_is_read_but_not_kept():
+    capture = OpsCapture(status="captured", xspace=os.urandom(KEPT_TRACE_BYTES + 1024))
+    keep_compressed(capture)
+    assert capture.trace_gz == b""
+    small = OpsCapture(status="captured", xspace=b"x" * (KEPT_TRACE_BYTES + 1024))
+    keep_compressed(small)
+    assert gzip.decompress(small.trace_gz) == small.xspace
 
 
 def test_a_cell_that_raises_inside_the_window(ip):

@@ -8,6 +8,7 @@ scopes that took the most self time. The summary is a plain dict (the JSON repor
 
 from __future__ import annotations
 
+import gzip
 import re
 from collections import defaultdict
 from time import perf_counter
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .record import Kind, OpsCapture, Record
+from .record import KEPT_TRACE_BYTES, Kind, OpsCapture, Record
 from .xplane import Category, OpEvents, parse_xspace, read_events
 
 TOP_OPS = 15
@@ -42,6 +43,16 @@ WHERE = {
 WRAPPER_SCOPES = ("StatefulPartitionedCall", "PartitionedCall", "gradient_tape", "while", "cond")
 NON_MODEL_SCOPES = ("compile_loss", "compile_metrics")
 _NUMBERED = re.compile(r"_\d+$")
+
+
+def keep_compressed(capture: OpsCapture) -> None:
+    """Keep the window's trace gzip-compressed (`OpsCapture.trace_gz`) for the TensorBoard
+    export, where it compresses to `KEPT_TRACE_BYTES` or less."""
+    if not capture.xspace:
+        return
+    packed = gzip.compress(capture.xspace, compresslevel=1)
+    if len(packed) <= KEPT_TRACE_BYTES:
+        capture.trace_gz = packed
 
 
 def summarise_ops(record: Record) -> None:

@@ -351,6 +351,9 @@ class ErrorInfo:
     batch: int | None = None  # batch size of the step that failed, where it was known
 
 
+KEPT_TRACE_BYTES = 16 << 20  # the largest compressed ops-window trace a record keeps
+
+
 @dataclass
 class OpsCapture:
     """TensorFlow's own profiler trace of a few steady steps (``--ops``), as the ops window
@@ -368,6 +371,9 @@ class OpsCapture:
     stop_cost: float = 0.0  # seconds its stop (collecting and writing the trace) took
     trace_bytes: int = 0  # size of the trace file
     xspace: bytes = b""  # the serialized trace, until it is read
+    # The trace gzip-compressed, kept for `to_tensorboard` (TensorBoard's profile plugin reads
+    # it) where it compresses to KEPT_TRACE_BYTES or less; b"" otherwise.
+    trace_gz: bytes = b""
     summary: dict[str, Any] | None = None  # the JSON report's ``ops``
 
 

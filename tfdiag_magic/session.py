@@ -255,10 +255,11 @@ class Session:
         _attribute_events(record)
         _spread_over_fused_groups(record, rec.fused_groups)
         if record.ops_window is not None:
-            from .ops_summary import summarise_ops
+            from .ops_summary import keep_compressed, summarise_ops
 
+            self._stage("record (ops window trace)", keep_compressed, record.ops_window)
             self._stage("record (ops window)", summarise_ops, record)
-            record.ops_window.xspace = b""  # read or not, the trace is not kept
+            record.ops_window.xspace = b""  # read or not, the raw trace is not kept
         return record
 
 

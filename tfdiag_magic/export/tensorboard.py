@@ -1,5 +1,7 @@
 """A run's per-step series as TensorBoard scalars (``tfdiag/step_time_s``, ``tfdiag/loss``...),
-written to an event file of their own in a log folder, beside the user's own runs.
+written to an event file of their own in a log folder, beside the user's own runs; and, where
+the ops window was captured (``--ops``), its profiler trace where TensorBoard's profile plugin
+finds it (``plugins/profile/<run>/<host>.xplane.pb``).
 
 The scalars are written with core TensorFlow's `tf.summary.write` and the scalars plugin's
 metadata, as `tf.summary.scalar` writes them, so the `tensorboard` package is needed only to
@@ -9,7 +11,10 @@ and recording state are left as they were.
 
 from __future__ import annotations
 
+import gzip
 import os
+import socket
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +86,28 @@ def write_tensorboard(logdir: str | os.PathLike[str], record: Record) -> Path:
             writer.close()
     except tf.errors.OpError as exc:
         raise OSError(f"TensorFlow could not write to {folder}: {exc.message}") from exc
+    write_profile_trace(folder, record)
     return folder
+
+
+def write_profile_trace(logdir: Path, record: Record) -> Path | None:
+    """Write the ops window's trace (kept compressed in the record) as
+    ``<logdir>/plugins/profile/<run>/<host>.xplane.pb``, the layout TensorFlow's profiler
+    writes and TensorBoard's profile plugin (XProf) reads; the run is named after the time the
+    run began, as the profiler names its own. Returns the file, or None without a trace."""
+    capture = record.ops_window
+    if capture is None or not capture.trace_gz:
+        return None
+    try:
+        started = datetime.fromisoformat(record.started_at)
+    except ValueError:  # a record made without a start time
+        started = datetime.now()
+    run = started.strftime("%Y_%m_%d_%H_%M_%S")
+    folder = logdir / "plugins" / "profile" / run
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{socket.gethostname() or 'localhost'}.xplane.pb"
+    path.write_bytes(gzip.decompress(capture.trace_gz))
+    return path
 
 
 def _series_writer(tf: Any, metadata: bytes) -> Any:

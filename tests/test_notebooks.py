@@ -36,11 +36,13 @@ KERNEL_NAME = "tfdiag-notebooks-test"
 CELL_TIMEOUT_S = 300
 # The promise: every notebook runs in under two minutes on a 2-CPU machine.
 NOTEBOOK_BUDGET_S = 120
-# Binder gives a session 2 GB (2G, as Kubernetes counts: 2 * 10**9 bytes); a notebook's kernel
-# may use 1.2 GB at its peak (ru_maxrss), with all of the notebook run: with the Jupyter server
-# that stays under 2 GB. The same notebook's peak differs by machine: 01 peaked at 957 MB on the
-# development machine and at 1,097 MB on another of the same size, so the limit is not 1 GB.
-MAX_KERNEL_PEAK_BYTES = 12 * 10**8
+# Binder gives a session 2 GB (2G, as Kubernetes counts: 2 * 10**9 bytes) and guarantees 1 GB.
+# Each notebook's kernel peak (VmHWM) is printed; on the development machine every one is under
+# 1 GB (the largest, 01 and 01b, at 0.91-0.93 GB with the exercises solved). The same notebook
+# peaked 10 % higher on another machine of the same size (notebook 1, before it was split in
+# two: 957 MB here, 1,097 MB there), so the bound leaves that much room. Of the peak, about
+# 430 MB are TensorFlow's libraries mapped from disk (RssFile), which kernels share.
+MAX_KERNEL_PEAK_BYTES = 11 * 10**8
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 COMPARE_LINE = re.compile(r"^%%tfprofile\b.*--compare\s+(\w+)")
 REPORT_MARK = "TFDIAG-NOTEBOOK-REPORT "
@@ -52,8 +54,8 @@ EXPECTED_FINDINGS: dict[str, dict[str, str]] = {
         "slow_loop": "retracing",
         "ragged_loop": "retracing",
         "search": "model-rebuilt-in-loop",
-        "kept": "host-memory-growth",
     },
+    "01b_memory_growth.ipynb": {"kept": "host-memory-growth"},
     "02_numpy_batches_vs_tf_data.ipynb": {"hand_fed": "per-step-host-conversion"},
     "03_input_pipelines.ipynb": {"serial": "input-bound", "generator": "input-bound"},
     "04_eager_vs_tf_function.ipynb": {"debug_fit": "eager-step", "debug_loop": "eager-step"},
@@ -74,6 +76,7 @@ EXPECTED_RESOLVED: dict[str, dict[str, str]] = {
         "ragged_fixed": "retracing",
         "fixed_search": "model-rebuilt-in-loop",
     },
+    "01b_memory_growth.ipynb": {},
     "02_numpy_batches_vs_tf_data.ipynb": {"with_dataset": "per-step-host-conversion"},
     "03_input_pipelines.ipynb": {},
     "04_eager_vs_tf_function.ipynb": {"compiled_fit": "eager-step", "compiled_loop": "eager-step"},

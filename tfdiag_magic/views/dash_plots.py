@@ -108,15 +108,21 @@ def png_bytes(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def compact_png(png: bytes, colors: int = 32) -> bytes:
-    """`png` at half its width and height (the plots are drawn for high-density screens) and
-    in `colors` colors (they use a handful): the copy a notebook saves in its output, a fifth to
-    a tenth of the bytes."""
+def compact_png(png: bytes, colors: int = 16) -> bytes:
+    """`png` at half its width and height (the plots are drawn for high-density screens), on
+    white, in `colors` colors (they use a handful): the copy a notebook saves in its output.
+
+    Measured on a run's step-time plot: 103 KB drawn, 14.3 KB kept transparent in 32 colors,
+    8.7 KB on white in 16 (a palette without an alpha channel compresses far better, the
+    antialiased edges against a transparent background being colours of their own).
+    """
     from PIL import Image
 
-    image = Image.open(io.BytesIO(png))
+    image = Image.open(io.BytesIO(png)).convert("RGBA")
     half = image.resize((max(image.width // 2, 1), max(image.height // 2, 1)), Image.LANCZOS)
-    small = half.quantize(colors=colors, method=Image.Quantize.FASTOCTREE)
+    flat = Image.new("RGB", half.size, "white")
+    flat.paste(half, mask=half.getchannel("A"))
+    small = flat.quantize(colors=colors, method=Image.Quantize.FASTOCTREE)
     buffer = io.BytesIO()
     small.save(buffer, format="PNG", optimize=True)
     return buffer.getvalue()

@@ -459,23 +459,49 @@ def _is_banner(line: str) -> bool:
 
 def peak_memory_bytes() -> int:
     """The highest resident memory this process has had (its peak RSS)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 
 
+def shared_library_bytes() -> int:
+    """Resident memory mapped from files (RssFile: TensorFlow's libraries, mostly, about 430 MB
+    on Linux), which every kernel of one machine shares: one copy in memory, however many
+    kernels import TensorFlow. 0 where the system does not say."""
+    return _status_bytes("RssFile") or 0
+
+
+def private_peak_bytes() -> int:
+    """The peak less the libraries mapped from files: about what this kernel alone holds at
+    its peak, the memory that two kernels each need of their own."""
+    return max(peak_memory_bytes() - shared_library_bytes(), 0)
+
+
+def _status_bytes(field_name: str) -> int | None:
+    """A memory field of /proc/self/status (Linux), in bytes; None where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def kernel_memory() -> None:
     """Print this kernel's peak memory against what one Binder session may use."""
-    peak = peak_memory_bytes()
+    peak, shared = peak_memory_bytes(), shared_library_bytes()
     print(
         f"This kernel has used up to {peak / 10**6:,.0f} MB of memory "
-        f"({peak / BINDER_MEMORY_BYTES:.0%} of the 2 GB a Binder session gets)."
+        f"({peak / BINDER_MEMORY_BYTES:.0%} of the 2 GB a Binder session gets)"
+        + (
+            f", {shared / 10**6:,.0f} MB of it TensorFlow's libraries, which kernels share."
+            if shared
+            else "."
+        )
     )

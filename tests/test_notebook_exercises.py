@@ -34,6 +34,7 @@ from tests.kernels import execute_notebook, write_kernel_spec
 from tests.test_notebooks import (
     CELL_TIMEOUT_S,
     MAX_KERNEL_PEAK_BYTES,
+    MAX_KERNEL_PRIVATE_BYTES,
     NOTEBOOKS,
     cell_text,
     notebook_paths,
@@ -56,6 +57,7 @@ import workshop_check as _check
 print({MARK!r} + _json.dumps({{
     "grades": {{k: [g.solved, str(g)] for k, g in _check.GRADES.items()}},
     "peak": _check.peak_memory_bytes(),
+    "private": _check.private_peak_bytes(),
 }}))
 """
 TIMES_FILE = "notebook-exercise-times.json"
@@ -182,9 +184,10 @@ def test_solutions_solve_the_exercises_within_binder_memory(path: Path, kernels:
         assert is_solved, f"{exercise}: the solution was not judged solved:\n{text}"
         print(f"\n{text}")
 
-    peak = report["peak"]
-    print(f"\n{path.name}: kernel peak memory {peak / 10**6:.0f} MB")
+    peak, private = report["peak"], report["private"]
+    print(f"\n{path.name}: kernel peak memory {peak / 10**6:.0f} MB ({private / 10**6:.0f} MB own)")
     assert peak <= MAX_KERNEL_PEAK_BYTES, f"{path.name}: kernel peak {peak / 10**6:.0f} MB"
+    assert private <= MAX_KERNEL_PRIVATE_BYTES, f"{path.name}: own {private / 10**6:.0f} MB"
     banner = [i for i, c in enumerate(nb.cells) if "oneDNN custom operations" in cell_text(c)]
     assert not banner, f"{path.name}: TensorFlow's oneDNN banner in cells {banner}"
 

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +50,9 @@ def run_local_job(
     """Run `script` as every worker of a `workers`-worker job, in `folder` (the reports go to
     ``folder/reports/``); `env_of` adds environment variables per worker index. Returns each
     worker's exit status and output once all have ended; a worker still running after
-    `timeout_s` is killed, with every other. `options` go to each worker's ``profile`` command
-    (``("--ops",)`` captures each worker's ops window)."""
+    `timeout_s` is killed, with every other, and its output ends with a line that says so.
+    `options` go to each worker's ``profile`` command (``("--ops",)`` asks for each worker's
+    ops window)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(workers)]}
@@ -77,9 +79,20 @@ def run_local_job(
                     text=True,
                 )
             )
+        deadline = time.monotonic() + timeout_s
         runs = []
         for index, process in enumerate(processes):
-            output, _ = process.communicate(timeout=timeout_s)
+            try:
+                output, _ = process.communicate(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                # A worker still running (one waiting in a collective for a peer that never
+                # comes runs forever): every worker is stopped, and each run says what it
+                # printed, so that the hang can be read.
+                for other in processes:
+                    if other.poll() is None:
+                        other.kill()
+                output, _ = process.communicate()
+                output += f"\ntfdiag_magic: worker {index} ran past {timeout_s:g} s: killed\n"
             runs.append(WorkerRun(index, process.returncode, output))
         return runs
     finally:

@@ -6,6 +6,7 @@ finding that says it does not run there, and the two ways out)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -197,3 +198,13 @@ def test_a_worker_slower_in_every_step_is_named_and_a_busy_stretch_is_not():
         [_worker("worker 0", [0.001] * 40 + [0.0004] * 20), _worker("worker 1", steady)]
     )
     assert busy is None
+
+
+def test_an_input_wait_read_just_below_zero_is_no_wait():
+    """The input meter's wait is spans less the pipeline's own gaps, and can read a hair below
+    zero (a healthy worker's read -18 µs a step): no wait, never more compute than the step."""
+    worker = dataclasses.replace(
+        _worker("worker 0", [0.0067] * 200), input_wait_s=-0.0036, input_measured_s=1.3
+    )
+    assert worker.input_wait_share == 0.0
+    assert worker.beyond_input_s == worker.median_step_s

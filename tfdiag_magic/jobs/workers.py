@@ -49,14 +49,16 @@ class Worker:
         window)."""
         if self.median_step_s is None or self.steps <= 0:
             return None
-        wait = self.input_wait_s / self.steps if self.wait_in_step else 0.0
+        # The meter's wait is spans less the pipeline's own gaps: within its noise it can
+        # read a little below zero (-18 µs a step once), which is no wait at all.
+        wait = max(self.input_wait_s, 0.0) / self.steps if self.wait_in_step else 0.0
         return max(self.median_step_s - wait, 0.0)
 
     @property
     def input_wait_share(self) -> float | None:
         if self.input_measured_s <= 0:
             return None
-        return self.input_wait_s / self.input_measured_s
+        return max(self.input_wait_s, 0.0) / self.input_measured_s
 
     def to_dict(self) -> dict[str, Any]:
         share = self.input_wait_share

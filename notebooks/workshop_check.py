@@ -270,9 +270,7 @@ def _pipeline_done(spec: Exercise, finding: Any, run: Any, baseline: Any) -> lis
     pipeline = finding.evidence.get("pipeline") or {}
     if pipeline.get("python") or pipeline.get("one_at_a_time") or not pipeline.get("prefetched"):
         return []
-    from tfdiag_magic.experiments.compare import compare
-
-    comparison = compare(baseline, run, spec.baseline)
+    comparison = _comparison(spec, run, baseline)
     band = comparison.band
     if band is not None and band.measurable and (comparison.speedup or 0) < 1:
         return []  # a complete pipeline that made the training measurably slower
@@ -298,12 +296,19 @@ def _judge_alone(spec: Exercise, run: Any) -> tuple[bool, list[str]]:
     ]
 
 
-def _judge_against(spec: Exercise, run: Any, baseline: Any) -> tuple[bool, list[str]]:
+def _comparison(spec: Exercise, run: Any, baseline: Any) -> Any:
+    """The run's comparison with the exercise's baseline: the one ``--compare`` made, or one
+    made now."""
     from tfdiag_magic.experiments.compare import compare
 
     comparison = run.comparison
     if comparison is None or comparison.baseline != spec.baseline:
         comparison = compare(baseline, run, spec.baseline)
+    return comparison
+
+
+def _judge_against(spec: Exercise, run: Any, baseline: Any) -> tuple[bool, list[str]]:
+    comparison = _comparison(spec, run, baseline)
     before, after = comparison.before, comparison.after
     if after.phase != before.phase or _work(after) < 0.25 * _work(before):
         return False, [

@@ -205,7 +205,7 @@ def _loop_waits(record: Record, source: str | None) -> Finding | None:
     finding = Finding(
         code=CODE,
         severity="warning",
-        title=f"{share(excess, wait + busy)} of training time waits for input",
+        title=f"{evidence['wait_share']:.0%} of training time waits for input",
         detail=(
             f"Each step waited a median {seconds(float(np.median(waits)))} for its batch from"
             f" {where}, against {seconds(float(np.median(durations)))} of work: the input"
@@ -398,8 +398,8 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
         code=CODE,
         severity="warning",
         title=(
-            f"{share(waited, span)} of fit's training time waits for the dataset's next batch"
-            + (" after its cache filled" if after_first else "")
+            f"{evidence['wait_share']:.0%} of fit's training time waits for the dataset's next"
+            " batch" + (" after its cache filled" if after_first else "")
         ),
         detail=(
             f"Over {elements} batches ({seconds(span)})"
@@ -453,7 +453,7 @@ def _function_iterator(record: Record, source: str | None) -> Finding | None:
         code=CODE,
         severity="warning",
         title=(
-            f"{share(waited, function.input_span)} of `{function.name}`'s time waits for the"
+            f"{evidence['wait_share']:.0%} of `{function.name}`'s time waits for the"
             " iterator's next batch"
         ),
         detail=(

@@ -46,9 +46,9 @@ loop of the cell
 median of the last tenth at least 2 times the median of the first tenth and at least 0.5 ms
 slower; the medians of ten consecutive windows rising (Spearman rank correlation ≥ 0.8, of
 the ten or of nine with one left out: a neighbour's burst can fill a window); each half of the
-run rising within itself (the mean of its last two window medians above the mean of
-its first two by at least a tenth of the whole rise); and the rise costing at least 0.1 s (the
-time above the early median, summed over the steps).
+run rising within itself (the Theil-Sen slope of its five window medians, the median of the
+slopes between every two of them, times its span, at least a tenth of the whole rise); and
+the rise costing at least 0.1 s (the time above the early median, summed over the steps).
 
 Why these: what accumulates per step (a growing tensor, a list stacked every step, a memory
 bank) slows every part of the run, while a busy machine makes steps slower in jumps. Measured
@@ -56,9 +56,12 @@ on this shared 2-CPU machine: 24 healthy series (0.4–0.6 ms steps, 380 steps e
 medians differing by up to 1.8×, the last tenth up to 1.54× the first, and a rank correlation up
 to 0.83, each in a different run; a CPU hog started on one core halfway through a healthy LSTM's
 `fit` made its steps 1.6× slower from then on, flat within each half (first half +0.12 of the
-rise, second half −0.23). The accumulating cells in the tests slowed 3–20× with each half rising
-by 0.18–0.8 of the rise, quiet or with the hog. A slowdown below 2× is not reported: a
-neighbour can cause that much.
+rise, second half −0.23, read then by the means of two windows at each end). The accumulating
+cells in the tests slowed 3–20× with each half rising by 0.18–0.8 of the rise, quiet or with
+the hog. With the hog and a neighbour's training besides (CI's other test worker), single
+windows of a stacking loop jumped up to 2× above their neighbours: by the two-window means its
+second half rose 0.03 of the whole rise, by the slope 0.29 (six more runs: 0.22–1.04 each
+half). A slowdown below 2× is not reported: a neighbour can cause that much.
 """
 
 # Ten steps per window at least: the medians of windows of ~6 steps (a 60-step custom loop)
@@ -239,14 +242,20 @@ def _rank_correlation(medians: np.ndarray) -> float:
 
 
 def _half_rises(medians: np.ndarray) -> tuple[float, float]:
-    """How much each half of the run rose within itself: the mean of its last two window
-    medians less the mean of its first two."""
+    """How much each half of the run rose within itself: the Theil-Sen slope of its window
+    medians (the median of the slopes between every two of them) times its span. A burst
+    that fills one window at a half's end moves it little, where the mean of two windows
+    at each end would take half the burst (measured beside a neighbour's training: a
+    stacking loop's second half read 0.03 of the whole rise by the two-window means, 0.29
+    by this slope)."""
     half = medians.size // 2
-    first, second = medians[:half], medians[half:]
-    return (
-        float(first[-2:].mean() - first[:2].mean()),
-        float(second[-2:].mean() - second[:2].mean()),
-    )
+    return _theil_sen_rise(medians[:half]), _theil_sen_rise(medians[half:])
+
+
+def _theil_sen_rise(values: np.ndarray) -> float:
+    i, j = np.triu_indices(values.size, k=1)
+    slopes = (values[j] - values[i]) / (j - i)
+    return float(np.median(slopes) * (values.size - 1))
 
 
 def _same_series(record: Record, row: int) -> np.ndarray:

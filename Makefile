@@ -23,7 +23,7 @@ demo: setup
 PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
 
 test: lint
-	$(PY) -m pytest -q $(PARALLEL)
+	$(PY) -m pytest -q $(PARALLEL) --durations=25
 
 # A quick check while working: ruff, the record, rewrite, GPU-record and explain tests, and the
 # healthy and memory diagnosis tests; no Jupyter kernel, browser, Binder, CLI or notebook runs.

@@ -385,3 +385,38 @@ def test_notebook_runs_clean_and_tells_its_story_and_runs_twice(path: Path, kern
             )
 
     assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s"
+
+
+def test_the_multi_worker_notebook_leaves_no_folder_behind(tmp_path: Path):
+    """Notebook 08 writes its jobs' reports under a temporary folder: a kernel shut down as a
+    student shuts it down (a shutdown request, not a kill) leaves nothing behind, and the
+    set-up cell run again removes the folder it made before."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    kernels = write_kernel_spec(
+        tmp_path / "kernels", "tfdiag-folders-test", "folders", env={"TMPDIR": str(temp)}
+    )
+    nb = nbformat.read(NOTEBOOKS / "08_multi_worker.ipynb", as_version=4)
+    setup = "\n".join(c.source for c in nb.cells if "setup" in tags(c))
+    manager = KernelManager(
+        kernel_name="tfdiag-folders-test",
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]),
+    )
+    manager.start_kernel(cwd=str(NOTEBOOKS))
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        for _ in range(2):
+            reply = client.execute_interactive(
+                setup + "\n(jobs / 'healthy' / 'reports').mkdir(parents=True)", timeout=120
+            )
+            assert reply["content"]["status"] == "ok", reply["content"]
+        assert len(list(temp.glob("workshop-jobs-*"))) == 1  # the first one went with the rerun
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
+    assert list(temp.iterdir()) == []

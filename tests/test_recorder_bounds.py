@@ -279,22 +279,23 @@ def test_gc_pauses_past_the_event_limit_are_counted_exactly_not_kept():
     from tfdiag_magic.stats import gc_stats
 
     probe = GCProbe()
-    probe.max_events = 5
+    probe.max_events = 2
     probe.install(Recorder())
     try:
-        for _ in range(40):
+        # Few: a full collection of a worker's heap late in the suite takes about a second.
+        for _ in range(8):
             gc.collect()
     finally:
         probe.remove()
     table = probe.table()
-    assert table["time"].size == 5
-    assert int(table["dropped_count"][2]) >= 35  # the full collections past the limit
+    assert table["time"].size == 2
+    assert int(table["dropped_count"][2]) >= 6  # the full collections past the limit
     stats = gc_stats(Record(gc=table, wall_time=1.0))
-    assert stats["collections"] == 5 + int(table["dropped_count"].sum())
+    assert stats["collections"] == 2 + int(table["dropped_count"].sum())
     assert stats["pause_time"] == pytest.approx(
         float(table["duration"].sum() + table["dropped_seconds"].sum())
     )
-    assert stats["collections"] >= 40
+    assert stats["collections"] >= 8
 
 
 def test_keras_calls_past_the_kept_ones_are_summed_per_model_build():

@@ -1037,6 +1037,42 @@ def test_small_batch_custom_loop_over_batches_of_four(tab):
     assert f.evidence["samples_per_s"] == pytest.approx(4 / f.evidence["median_step_s"], rel=0.01)
 
 
+def test_small_batch_fit_on_a_dataset_batched_by_two(tab):
+    # `batch(n)` without drop_remainder leaves the batch dimension unknown in the dataset's
+    # spec: the size is read from the batching stage below the shuffle, map and prefetch.
+    result, r = profiled(
+        tab,
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "ds = (tf.data.Dataset.from_tensor_slices((x[:400], y[:400])).batch(2)\n"
+        "      .map(lambda a, b: (a * 1.0, b)).shuffle(16).prefetch(tf.data.AUTOTUNE))\n"
+        "model.fit(ds, epochs=1, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "small-batch")
+    assert f.evidence["batch_size"] == 2
+    assert ".batch(64)" in (f.rewrite or ""), f.rewrite
+
+
+def test_dataset_batch_size_is_read_only_where_batches_pass_whole():
+    import tensorflow as tf
+
+    from tfdiag_magic.probes.inputs import batch_size_of, dataset_batch_size
+
+    base = tf.data.Dataset.range(40)
+    batched = base.batch(4).map(lambda b: b + 1).repeat(2).cache().take(5).prefetch(1)
+    assert batch_size_of(batched, {}) == 4
+    assert dataset_batch_size(base.padded_batch(3).with_options(tf.data.Options())) == 3
+    assert dataset_batch_size(base.batch(5, num_parallel_calls=2).filter(lambda b: True)) == 5
+    assert batch_size_of(base.batch(6, drop_remainder=True), {}) == 6  # static: the spec's
+    for unknown in (
+        base.batch(4).unbatch().prefetch(1),  # elements, not batches
+        base.batch(4).rebatch(2),
+        tf.data.Dataset.zip((base.batch(4), base.batch(4))),
+        base.prefetch(1),  # never batched
+    ):
+        assert np.isnan(batch_size_of(unknown, {})), unknown
+
+
 def fused_record(step_s: float, batch: float, fused: int = 4, steps: int = 200):
     """Keras steps run `fused` per host call (steps_per_execution): each row holds its share
     of the call's time, as the recorder writes them."""

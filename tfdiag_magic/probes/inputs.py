@@ -125,7 +125,57 @@ def batch_size_of(data: Any, kwargs: dict[str, Any]) -> float:
             if isinstance(first, dict):
                 first = next(iter(first.values()))
             dim = first.shape[0]
-            return float(dim) if dim is not None else NAN
         except Exception:
             return NAN
+        return float(dim) if dim is not None else dataset_batch_size(data)
+    return NAN
+
+
+# Batching transformations, by class name (leading underscore and version left out), and those
+# that hand each batch on whole: the batch a step gets is that of the nearest batching stage
+# below a chain of these. (A map of a batch keeps its rows in practice.)
+_BATCHING = frozenset({"BatchDataset", "PaddedBatchDataset", "ParallelBatchDataset"})
+_KEEPS_BATCHES = frozenset(
+    {
+        "PrefetchDataset",
+        "OptionsDataset",
+        "MapDataset",
+        "ParallelMapDataset",
+        "RepeatDataset",
+        "ShuffleDataset",
+        "CacheDataset",
+        "TakeDataset",
+        "SkipDataset",
+        "FilterDataset",
+        "ShardDataset",
+        "AssertCardinalityDataset",
+        "IgnoreErrorsDataset",
+    }
+)
+_MOST_STAGES = 64
+
+
+def dataset_batch_size(dataset: Any) -> float:
+    """The batch size of a tf.data dataset whose batch dimension is not static (``batch(n)``
+    without ``drop_remainder``): the size of the batching stage nearest its output, read from
+    the dataset's own objects (never by taking an element) when every stage above it hands
+    each batch on whole; NaN otherwise (an unbatch, a rebatch, a zip...). The last, partial
+    batch of an epoch counts as a full one."""
+    current = dataset
+    try:
+        for _ in range(_MOST_STAGES):
+            kind = type(current).__name__.lstrip("_")
+            kind = kind[:-2] if kind.endswith("V2") else kind
+            if kind in _BATCHING:
+                size = current._batch_size
+                size = int(size.numpy() if hasattr(size, "numpy") else size)
+                return float(size) if size > 0 else NAN
+            if kind not in _KEEPS_BATCHES:
+                return NAN
+            inputs = current._inputs()
+            if len(inputs) != 1:
+                return NAN
+            current = inputs[0]
+    except Exception:  # a symbolic size, a dataset class of its own: unknown
+        return NAN
     return NAN

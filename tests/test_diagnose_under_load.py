@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import start_cpu_hog, stop_cpu_hog
 from tests.diagnosis_support import TABULAR, assert_silent, listing, problems
 from tests.helpers import profiled, profiled_script
-from tfdiag_magic.diagnose.progressive_slowdown import _half_rises
+from tfdiag_magic.diagnose.progressive_slowdown import _half_rises, _splits_into_flat_parts
 
 # A healthy LSTM text classifier on a prefetched dataset (keras-io's text classification
 # pattern, token ids instead of raw text).
@@ -97,6 +97,7 @@ def test_no_slowdown_for_a_healthy_lstm_when_a_neighbour_starts_halfway(text):
     assert not problems(r), listing(r)
 
 
+@pytest.mark.alone  # the hog is the neighbour: the other test worker's training would be a second
 def test_slowdown_of_a_loop_that_stacks_every_loss_so_far_with_a_neighbour(tmp_path, cpu_hog):
     """Run as a script, in a process of its own: most of this loop's slowdown is TensorFlow
     making a new `Pack` kernel for each new length of the list (about 20 us per element on
@@ -110,7 +111,7 @@ def test_slowdown_of_a_loop_that_stacks_every_loss_so_far_with_a_neighbour(tmp_p
     evidence = found[0]["evidence"]
     assert evidence["steps"] == "loop iterations", stdout
     assert evidence["ratio"] >= 2, stdout
-    assert evidence["rise_first_half_s"] > 0 and evidence["rise_second_half_s"] > 0, stdout
+    assert max(evidence["rise_first_half_s"], evidence["rise_second_half_s"]) > 0, stdout
     assert evidence["rank_correlation"] >= 0.8, stdout
 
 
@@ -123,3 +124,17 @@ def test_a_window_filled_by_a_burst_does_not_make_a_flat_half_rise():
     # One window of a rising half thrown back by a burst: the half still rises.
     first, second = _half_rises(np.array([2, 3, 8, 9, 12, 14, 15, 8.6, 10, 19.0]))
     assert first > 0.1 * 17 and second > 0.1 * 17
+
+
+def test_a_rise_beyond_a_neighbours_step_may_level_off_but_a_step_is_never_a_rise():
+    # Window medians (ms) of the stacking loop beside a hog and a neighbour's training: the
+    # middle windows slowed, the last ones not, so the second half reads flat (measured here,
+    # 1 run in 12). The first half rises throughout: no split leaves two flat parts.
+    levelled = np.array([3.5, 3.4, 4.3, 6.0, 10.2, 12.3, 12.1, 12.2, 11.3, 11.7])
+    first, second = _half_rises(levelled)
+    assert second < 0.1 * (levelled[-1] - levelled[0]) < first
+    assert not _splits_into_flat_parts(levelled)
+    # Flat, a jump, flat, wherever the jump falls: a neighbour arriving and staying.
+    for at in range(3, 8):
+        step = np.where(np.arange(10) < at, 1.0, 3.5) + 0.05 * np.cos(np.arange(10))
+        assert _splits_into_flat_parts(step), at

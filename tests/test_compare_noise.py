@@ -131,3 +131,25 @@ def test_the_same_cell_is_never_called_faster_or_slower_in_20_runs(trained, cpu_
     called = [v for v, _ in verdicts if "faster" in v or "slower" in v]
     assert not called, called
     assert all("no measurable change" in v for v, _ in verdicts), verdicts
+
+
+def test_a_busy_machine_widens_the_band_by_the_cpu_wait_per_step():
+    rng = np.random.default_rng(3)
+    quiet = 0.35e-3 * (1 + 0.02 * rng.standard_normal(300))
+    # Every step of the second run 1.7x slower, the fastest ones too, as a busy machine did to
+    # the same cell (measured beside a hog: 0.35 then 0.6 ms), while its threads waited for a
+    # CPU 0.27 ms a step: no change of the code can be told from that.
+    shifted = quiet * 1.7
+    ratio = float(quiet.mean() / shifted.mean())
+    assert interval_band(ratio, quiet, shifted).measurable  # the wait unknown: called
+    busy = interval_band(ratio, quiet, shifted, (0.05e-3, 0.27e-3))
+    assert not busy.measurable, busy
+    assert busy.cpu_wait == pytest.approx(0.27e-3)
+    # A change of steps of several milliseconds stands out of the same wait.
+    slow = 4.7e-3 * (1 + 0.02 * rng.standard_normal(150))
+    changed = interval_band(1 / 1.4, slow, slow * 1.4, (0.3e-3, 0.35e-3))
+    assert changed.measurable and changed.deciding == pytest.approx(1 / 1.4, rel=0.02)
+    # A quiet machine's wait leaves the band as it was, and unnamed.
+    calm = interval_band(1.0, quiet, quiet, (1e-6, 1e-6))
+    assert not calm.measurable and calm.cpu_wait is None
+    assert calm.half_width == pytest.approx(0.15, abs=0.01)

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import active
 from .probes import Probe
+from .probes.cpu_wait import CpuWaitProbe
 from .probes.dataset_waits import DatasetWaitProbe
 from .probes.device_config import DeviceConfigProbe
 from .probes.gc_pauses import GCProbe
@@ -125,6 +126,7 @@ class Session:
                 DatasetWaitProbe(),
                 WorkerProbe(),
                 NVMLProbe(self.options.nvml_interval if self.options.nvml else None),
+                CpuWaitProbe(),  # installed late and removed early: close to the run itself
             ]
             if self.loop_hooks is not None:
                 probes.append(LoopProbe(self.loop_hooks, self.namespace))

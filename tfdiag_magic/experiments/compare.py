@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..units import size
+from ..units import seconds, size
 from .headline import Headline, Run, finished_record, headline_of
 from .noise import WALL_TIME_NOISE, Band, fixed_band, interval_band
 
@@ -178,6 +178,7 @@ def _speed(before: Headline, after: Headline) -> tuple[str | None, Band | None]:
     if before.failed or after.failed:
         return None, None
     same_phase = before.phase is not None and before.phase == after.phase
+    waits = (before.cpu_wait_per_step, after.cpu_wait_per_step)
     if (
         same_phase
         and before.throughput_unit == after.throughput_unit == "samples/s"
@@ -185,10 +186,10 @@ def _speed(before: Headline, after: Headline) -> tuple[str | None, Band | None]:
         and after.throughput
     ):
         ratio = after.throughput / before.throughput
-        return "samples/s", interval_band(ratio, before.intervals, after.intervals)
+        return "samples/s", interval_band(ratio, before.intervals, after.intervals, waits)
     if same_phase and before.kind == after.kind and before.step_interval and after.step_interval:
         ratio = before.step_interval / after.step_interval
-        return "step interval", interval_band(ratio, before.intervals, after.intervals)
+        return "step interval", interval_band(ratio, before.intervals, after.intervals, waits)
     if before.wall_time > 0 and after.wall_time > 0:
         return "wall time", fixed_band(before.wall_time / after.wall_time, WALL_TIME_NOISE)
     return None, None
@@ -215,9 +216,14 @@ def _speed_text(before: Headline, after: Headline, measure: str | None, band: Ba
     by = f"by {MEASURES[measure]}"
     speedup = band.ratio
     if not band.measurable:
+        busy = (
+            f": a busy machine, its threads waited {seconds(band.cpu_wait)} a step for a CPU"
+            if band.cpu_wait is not None
+            else ""
+        )
         return (
             f"no measurable change in speed ({factor(speedup)} {by},"
-            f" within the noise of ±{band.half_width:.0%})"
+            f" within the noise of ±{band.half_width:.0%}{busy})"
         )
     if band.mean_agrees:
         return f"{factor(_inverse(speedup))} {_direction(speedup)} {by}"

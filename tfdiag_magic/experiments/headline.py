@@ -73,6 +73,8 @@ class Headline:
     # The steady start-to-start intervals `step_interval` averages, in time order: the spread a
     # comparison reads its noise band from (not in the report).
     intervals: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Seconds per step the run's threads waited for a CPU (a busy machine), None: not known.
+    cpu_wait_per_step: float | None = None
     # A few steady steps laid out in time (`timeline.step_timeline`), drawn before and after.
     timeline: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
@@ -129,8 +131,18 @@ def headline_of(record: Record, findings: list[Finding] | None = None) -> Headli
         error_type=error.type if error is not None else None,
         findings=[f.code for f in findings or []],
         timeline=step_timeline(record),
+        cpu_wait_per_step=_cpu_wait_per_step(record, phase),
         **numbers,
     )
+
+
+def _cpu_wait_per_step(record: Record, phase: str | None) -> float | None:
+    """The run's CPU wait (probes/cpu_wait.py) spread over the steps of its main phase."""
+    waited = record.facts.get("cpu_wait_s")
+    if phase is None or not isinstance(waited, (int, float)):
+        return None
+    steps = int(record.phase_total("count", phase))
+    return float(waited) / steps if steps > 0 else None
 
 
 def _phase_numbers(record: Record, code: int) -> dict[str, Any]:

@@ -17,6 +17,16 @@ against 5.2 ms beside the work) gave mean ratios of 0.59-1.07 and fastest-step r
 so it needs `WALL_TIME_NOISE`: the same cells, run four times on a 2-CPU machine, were compared
 by wall time at 0.95×-1.35×.
 
+A busy machine can also shift every step of a run, the fastest ones included: with a CPU hog
+on one of two cores, ~0.35 ms steps of the same cell ran at 0.35 ms for a dozen runs and then at
+0.6 ms for the next (1.7x; CI once read 2.2x), while the runs' threads waited for a CPU
+0.1-0.3 ms per step. No statistic of one run tells that from a change of the code, but that wait
+(Linux's per-thread run-queue time, probes/cpu_wait.py) bounds it: the floor widens by the
+busier run's wait per step over the fastest steps, 1 + `FAST_STEPS_NOISE` + wait / fastest
+step (0.27 ms over 0.35 ms: 1.92x). On a quiet machine the wait is near nothing and the floor
+stays 15 %; steps of several milliseconds hardly move it (the 1.25x change above: 0.3-0.6 ms
+over 4.7 ms, a floor of 1.21-1.29x).
+
 The bootstrap draws from its own seeded generator: the user's random state is never touched.
 """
 
@@ -32,6 +42,7 @@ FAST_PERCENTILE = 10
 WALL_TIME_NOISE = 0.35
 RESAMPLES = 1000
 MAX_POINTS = 4000  # longer series are thinned evenly before the bootstrap
+BUSY_NOTE = 0.05  # a CPU wait that widens the band by this much is named in the verdict
 MIN_INTERVALS = 8  # fewer: no spread to read, the fixed band alone decides
 BLOCKS = 8
 SEED = 20261123
@@ -47,6 +58,9 @@ class Band:
     low: float
     high: float
     decided_by: float | None = None  # the fastest steps' ratio; None: `ratio` decided
+    # Seconds per step the busier run's threads waited for a CPU, where that widened the band
+    # by `BUSY_NOTE` or more (the verdict says so).
+    cpu_wait: float | None = None
 
     @property
     def deciding(self) -> float:
@@ -78,11 +92,18 @@ def fixed_band(ratio: float, noise: float) -> Band:
     return Band(ratio, low, high)
 
 
-def interval_band(ratio: float, before: np.ndarray | None, after: np.ndarray | None) -> Band:
+def interval_band(
+    ratio: float,
+    before: np.ndarray | None,
+    after: np.ndarray | None,
+    cpu_wait: tuple[float | None, float | None] = (None, None),
+) -> Band:
     """The band of `ratio`, a speed-up read from mean intervals, decided by the fastest steps:
     `before` and `after` are the runs' steady start-to-start intervals in time order. `ratio`
     may carry the runs' batch sizes too (a throughput ratio); they are exact, and scale the
-    fastest steps' ratio the same way."""
+    fastest steps' ratio the same way. `cpu_wait` is each run's time per step its threads
+    waited for a CPU (None: not known): the fastest steps of the busier run may have been
+    slowed by as much, so the floor widens by it."""
     if (
         before is None
         or after is None
@@ -97,11 +118,14 @@ def interval_band(ratio: float, before: np.ndarray | None, after: np.ndarray | N
     second = _resampled_fast(_thinned(after), rng)
     fast = scale * _fast(before) / _fast(after)
     low, high = (scale * np.percentile(first / second, [2.5, 97.5])).tolist()
-    if (low > 1.0 and fast >= 1.0 + FAST_STEPS_NOISE) or (
-        high < 1.0 and fast <= 1.0 - FAST_STEPS_NOISE
-    ):
+    waited = max((w for w in cpu_wait if w is not None and np.isfinite(w)), default=0.0)
+    busy = waited / min(_fast(before), _fast(after))
+    floor_low = 1.0 / (1.0 / (1.0 - FAST_STEPS_NOISE) + busy)
+    floor_high = 1.0 + FAST_STEPS_NOISE + busy
+    if (low > 1.0 and fast >= floor_high) or (high < 1.0 and fast <= floor_low):
         return Band(ratio, low, high, fast)
-    return Band(ratio, min(low, 1.0 - FAST_STEPS_NOISE), max(high, 1.0 + FAST_STEPS_NOISE), fast)
+    widened = waited if busy >= BUSY_NOTE else None
+    return Band(ratio, min(low, floor_low), max(high, floor_high), fast, widened)
 
 
 def _fast(values: np.ndarray) -> float:

@@ -338,7 +338,12 @@ def recommend(sweep: Sweep) -> Recommendation | None:
             other = second.headline.throughput or 0.0
             rec.margin = score / other if other > 0 else None
             if rec.margin is not None:
-                band = interval_band(rec.margin, second.headline.intervals, best.headline.intervals)
+                band = interval_band(
+                    rec.margin,
+                    second.headline.intervals,
+                    best.headline.intervals,
+                    (second.headline.cpu_wait_per_step, best.headline.cpu_wait_per_step),
+                )
         else:
             rec.margin = second.headline.wall_time / score if score > 0 else None
             if rec.margin is not None:

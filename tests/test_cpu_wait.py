@@ -1,0 +1,79 @@
+"""The CPU wait probe: the time the process's threads waited in run queues, read from Linux's
+per-thread scheduler statistics, measured here beside a real neighbour on the same CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdiag_magic.probes.cpu_wait import threads_cpu_wait
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"),
+    reason="the kernel keeps no per-thread scheduler statistics here",
+)
+
+# A process pinned to one CPU with a busy neighbour pinned to the same one: it runs about half
+# of the time and waits the other half. Then alone, sleeping: it waits for nothing.
+SHARED_CPU = """
+import json, os, subprocess, sys, time
+from tfdiag_magic.probes.cpu_wait import threads_cpu_wait
+cpu = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {cpu})
+hog = subprocess.Popen([sys.executable, "-c",
+    f"import os; os.sched_setaffinity(0, {{{cpu}}})\\nwhile True: pass"])
+try:
+    time.sleep(0.3)  # the hog is running
+    start = threads_cpu_wait()
+    end_at = time.perf_counter() + 1.0
+    while time.perf_counter() < end_at:
+        pass
+    busy = threads_cpu_wait() - start
+finally:
+    hog.kill()
+    hog.wait()
+start = threads_cpu_wait()
+time.sleep(0.5)
+idle = threads_cpu_wait() - start
+print(json.dumps({"busy": busy, "idle": idle}))
+"""
+
+
+def test_a_neighbour_on_the_same_cpu_is_read_as_waiting_and_sleep_is_not():
+    done = subprocess.run(
+        [sys.executable, "-c", SHARED_CPU], capture_output=True, text=True, timeout=60, check=True
+    )
+    waited = json.loads(done.stdout)
+    # Sharing one CPU for 1 s of wall time: about 0.5 s waiting (0.3 s at the least).
+    assert 0.3 <= waited["busy"] <= 1.2, waited
+    assert 0.0 <= waited["idle"] < 0.05, waited
+
+
+def test_the_reading_is_seconds_and_never_goes_back():
+    first = threads_cpu_wait()
+    second = threads_cpu_wait()
+    assert first is not None and second is not None
+    assert 0.0 <= first <= second
+
+
+def test_a_profiled_run_records_its_cpu_wait_and_the_headline_spreads_it(ip):
+    from tfdiag_magic.experiments.headline import headline_of
+
+    assert ip.run_cell(
+        "%%tfprofile -q -o r\n"
+        "import tensorflow as tf\n"
+        "step = tf.function(lambda v: v * 2.0)\n"
+        "for i in range(40):\n"
+        "    step(tf.constant(1.0))\n"
+    ).success
+    record = ip.user_ns["r"].record
+    waited = record.facts["cpu_wait_s"]
+    assert isinstance(waited, float) and 0.0 <= waited < record.wall_time * 8
+    headline = headline_of(record)
+    assert headline.cpu_wait_per_step == pytest.approx(waited / 40)
+    assert json.loads(json.dumps(headline.to_dict(), default=str))["cpu_wait_per_step"] >= 0

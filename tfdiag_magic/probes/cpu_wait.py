@@ -7,7 +7,8 @@ run's work waiting: a comparison of two runs reads it as noise (experiments/nois
 that ended during the run take their wait with them, so it is a lower bound.
 
 Read twice per run, from files only: nothing of the run's is touched. None where the kernel
-does not provide the counts (not Linux, or a kernel without scheduler statistics).
+does not provide the counts (not Linux, or a kernel that keeps no scheduler statistics and
+writes zeros there): a comparison then keeps its fixed floor.
 """
 
 from __future__ import annotations
@@ -48,13 +49,14 @@ def threads_cpu_wait() -> float | None:
     except OSError:
         return None
     total = 0
-    read = 0
+    ran = 0
     for task in tasks:
         try:
             with open(f"{_TASKS}/{task}/schedstat", encoding="ascii") as file:
                 fields = file.read().split()
+            ran += int(fields[0])
             total += int(fields[1])
-            read += 1
         except (OSError, IndexError, ValueError):
             continue  # a thread that ended meanwhile, or no statistics
-    return total / 1e9 if read else None
+    # A kernel that keeps no statistics writes zeros: no thread of this process ever ran.
+    return total / 1e9 if ran else None

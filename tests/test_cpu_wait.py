@@ -73,5 +73,7 @@ def test_a_profiled_run_records_its_cpu_wait_and_the_headline_spreads_it(ip):
     waited = record.facts["cpu_wait_s"]
     assert isinstance(waited, float) and 0.0 <= waited < record.wall_time * 8
     headline = headline_of(record)
-    assert headline.cpu_wait_per_step == pytest.approx(waited / 40)
+    # The wait per second of the run, over one step's interval.
+    expected = waited / record.wall_time * headline.step_interval
+    assert headline.cpu_wait_per_step == pytest.approx(expected)
     assert json.loads(json.dumps(headline.to_dict(), default=str))["cpu_wait_per_step"] >= 0

@@ -131,18 +131,18 @@ def headline_of(record: Record, findings: list[Finding] | None = None) -> Headli
         error_type=error.type if error is not None else None,
         findings=[f.code for f in findings or []],
         timeline=step_timeline(record),
-        cpu_wait_per_step=_cpu_wait_per_step(record, phase),
+        cpu_wait_per_step=_cpu_wait_per_step(record, numbers["step_interval"]),
         **numbers,
     )
 
 
-def _cpu_wait_per_step(record: Record, phase: str | None) -> float | None:
-    """The run's CPU wait (probes/cpu_wait.py) spread over the steps of its main phase."""
+def _cpu_wait_per_step(record: Record, interval: float | None) -> float | None:
+    """The run's CPU wait (probes/cpu_wait.py) per second of the run, times its steady step
+    interval: the wait a step took, where a cell also spends time outside its steps."""
     waited = record.facts.get("cpu_wait_s")
-    if phase is None or not isinstance(waited, (int, float)):
+    if not isinstance(waited, (int, float)) or not interval or record.wall_time <= 0:
         return None
-    steps = int(record.phase_total("count", phase))
-    return float(waited) / steps if steps > 0 else None
+    return float(waited) / float(record.wall_time) * float(interval)
 
 
 def _phase_numbers(record: Record, code: int) -> dict[str, Any]:

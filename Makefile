@@ -22,8 +22,8 @@ demo: setup
 # server or command-line run starts once; the longest modules go first (tests/conftest.py).
 PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
 
-# Tests marked `alone` judge timings beside a neighbour they start themselves (a CPU hog): they
-# run afterwards, one at a time, so that the other test worker is not a second, unplanned one.
+# Tests marked `alone` judge timings that the other test worker's load moves (beside a CPU hog
+# they start themselves; tf.data's parallel py_function reads): they run afterwards, one at a time.
 test: lint
 	$(PY) -m pytest -q $(PARALLEL) -m "not alone" --durations=25
 	$(PY) -m pytest -q -m alone --durations=5

@@ -47,8 +47,9 @@ def test_a_neighbour_on_the_same_cpu_is_read_as_waiting_and_sleep_is_not():
         [sys.executable, "-c", SHARED_CPU], capture_output=True, text=True, timeout=60, check=True
     )
     waited = json.loads(done.stdout)
-    # Sharing one CPU for 1 s of wall time: about 0.5 s waiting (0.3 s at the least).
-    assert 0.3 <= waited["busy"] <= 1.2, waited
+    # Sharing one CPU for 1 s of wall time: about 0.5 s waiting here. The bound leaves room for
+    # a container whose CPU quota throttles both (time throttled is not time in a run queue).
+    assert 0.15 <= waited["busy"] <= 1.2, waited
     assert 0.0 <= waited["idle"] < 0.05, waited
 
 

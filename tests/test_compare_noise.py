@@ -17,9 +17,10 @@ from tfdiag_magic.experiments.noise import (
     interval_band,
 )
 
-# Beside the hog alone: the other test worker's training is a second neighbour, one that starts
-# and stops between the 0.3 s runs compared (on CI, beside it, two identical runs' fastest steps
-# were 2.2x apart; here, with the hog and three neighbours training, 1.25x at most).
+# Beside the hog alone: the other test worker's training would be a second, unplanned neighbour,
+# starting and stopping between the 0.3 s runs compared (on CI, beside it, two identical runs'
+# fastest steps were 2.2x apart). The hog alone shifts whole runs too (1.7x measured here): the
+# band's widening by the runs' CPU wait is what keeps those uncalled (experiments/noise.py).
 pytestmark = pytest.mark.alone
 
 SETUP = """

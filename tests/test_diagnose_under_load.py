@@ -97,7 +97,7 @@ def test_no_slowdown_for_a_healthy_lstm_when_a_neighbour_starts_halfway(text):
     assert not problems(r), listing(r)
 
 
-@pytest.mark.alone  # the hog is the neighbour: the other test worker's training would be a second
+@pytest.mark.alone  # the hog is the neighbour; the other worker's training would be a second one
 def test_slowdown_of_a_loop_that_stacks_every_loss_so_far_with_a_neighbour(tmp_path, cpu_hog):
     """Run as a script, in a process of its own: most of this loop's slowdown is TensorFlow
     making a new `Pack` kernel for each new length of the list (about 20 us per element on

@@ -118,10 +118,10 @@ def test_fit_shows_its_steps_and_callbacks_within_one_epoch(traced):
     assert 'class="tfdiag-timeline"' in html and "Keras reads fit" in html
 
 
-# Alone: in two of the last five whole-suite runs, beside the other worker and a hog, the
-# parallel pipeline still waited 46 % of the time: its sixteen py_function reads each need the
-# GIL and a CPU, which the other worker's load takes. Alone, beside a hog and two trainings, 3
-# of 3 passed.
+# Alone: in a whole-suite run beside the other worker and a hog, the parallel pipeline still
+# waited 46 % of the time (it failed once before, at a busy hour): its sixteen py_function reads
+# each need the GIL and a CPU, which the other worker's load takes. Alone, beside a hog and two
+# trainings, 3 of 3 passed.
 @pytest.mark.alone
 def test_before_and_after_a_fix_share_one_time_scale(traced):
     ip = traced

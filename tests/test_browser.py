@@ -154,8 +154,31 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
         log.close()
 
 
+def _settle_kernel(page: Any, quiet_s: float = 5.0, limit_s: float = 60.0) -> None:
+    """Wait until the notebook's kernel is idle and no dialog has come up for `quiet_s`.
+
+    JupyterLab may raise its "Select Kernel" dialog seconds after the page has loaded, and
+    accepting it starts a new kernel in place of the first: in a clean checkout's run, cell 0
+    (``%load_ext``) ran on the first kernel and the training cell was lost with it (the new
+    kernel started 4 s after the page connected)."""
+    quiet_since = time.monotonic()
+    deadline = quiet_since + limit_s
+    while time.monotonic() < deadline:
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count()
+        if accept.count() or not idle:
+            if accept.count():
+                accept.first.click()
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        page.wait_for_timeout(250)
+
+
 def _run_cell(page: Any, index: int) -> None:
-    """Click into cell `index` and run it; again if the kernel was not ready to take it."""
+    """Click into cell `index` and run it, once the kernel has settled; again if the kernel was
+    not ready to take it."""
+    _settle_kernel(page)
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
     prompt = cell.locator(".jp-InputPrompt")
     for _ in range(10):

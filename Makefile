@@ -19,8 +19,9 @@ demo: setup
 	$(PY) -m tfdiag_magic demo --html build/demo-report.html
 
 # The suite on two pytest-xdist workers, each module whole on one worker so that its kernel,
-# server or command-line run starts once; the longest modules go first (tests/conftest.py).
-PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
+# server or command-line run starts once, but for the notebooks' and corpus' tests, handed out
+# one by one; the longest go first (tests/conftest.py).
+PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
 
 # Tests marked `alone` judge timings that the other test worker's load moves (beside a CPU hog
 # they start themselves; tf.data's parallel py_function reads): they run afterwards, one at a time.

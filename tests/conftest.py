@@ -92,21 +92,35 @@ def cpu_hog():
         stop_cpu_hog(hog)
 
 
-# `make test` runs the suite on two pytest-xdist workers, a module at a time on one worker
-# (--dist loadfile: a module's kernel, server or CLI run is started once). Modules are handed
-# out in collection order, so the longest ones are collected first: none of them starts last
-# while the other worker sits idle. The rest keep their order. A run without xdist keeps the
-# plain order.
+# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). A module runs whole
+# on one worker (marked here as its own xdist group), so that its kernel, server or command-line
+# run starts once; the modules in SPREAD are the exception: each of their tests starts what it
+# needs itself (a notebook's kernel, a corpus program's interpreter) and is handed out on its
+# own, so that both workers share them. Work is handed out in collection order as workers come
+# free, so the longest go first: none of them starts last while the other worker sits idle.
+# The rest keep their order. A run without xdist keeps the plain order.
 LONGEST_FIRST = (
     "test_binder.py",
-    "test_notebooks.py",
+    "test_notebooks.py::test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved[08",
+    "test_notebooks.py::test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved",
+    "test_notebook_exercises.py::test_each_part_runs_alone_after_the_set_up_cells",
     "test_corpus.py",
     "test_browser.py",
 )
+SPREAD = ("test_notebooks.py", "test_notebook_exercises.py", "test_corpus.py")
 
 
+def _rank(item: pytest.Item) -> int:
+    where = f"{item.path.name}::{item.name}"
+    ranks = (i for i, prefix in enumerate(LONGEST_FIRST) if where.startswith(prefix))
+    return next(ranks, len(LONGEST_FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not hasattr(config, "workerinput"):  # not an xdist worker
         return
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    for item in items:
+        if item.path.name not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    items.sort(key=_rank)

@@ -18,16 +18,17 @@ import pytest
 
 from tests.conftest import start_cpu_hog, stop_cpu_hog
 from tests.kernels import execute_notebook, write_kernel_spec
-from tests.test_notebook_exercises import MARK, solved
-from tests.test_notebook_exercises import REPORT_CELL as GRADES_CELL
 from tests.test_notebooks import (
     CELL_TIMEOUT_S,
+    GRADES_CELL,
+    MARK,
     NOTEBOOKS,
     REPORT_CELL,
     REPORT_MARK,
     cell_text,
     check_story,
     notebook_paths,
+    solved,
 )
 
 pytestmark = [pytest.mark.kernel, pytest.mark.claims]

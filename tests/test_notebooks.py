@@ -5,7 +5,10 @@ Each notebook is executed by nbclient on an ipykernel of this virtualenv (the se
 test_dashboard_kernel.py), with a time limit per cell. A cell may fail only when it is tagged
 ``raises-exception`` (the out-of-memory demonstration). After the last cell, one more cell runs in
 the same kernel and reports every ProfileResult the notebook made: its findings, their rewrites,
-its comparison and its sweep. The test then checks that the finding each notebook is about fired,
+its comparison and its sweep, and the workshop checks' grades. Then the notebook runs a second
+time in the same kernel, as a student runs it again, with each exercise's solution pasted into
+its task cell: every check must say solved (tests/test_notebook_exercises.py holds the rest of
+the exercises' tests). The test then checks that the finding each notebook is about fired,
 that the fixes it claims resolved the finding did, and that every fix cell run with
 ``--compare NAME`` is exactly the tool's rewrite of the cell stored in NAME (cells tagged
 ``hand-written`` say in their text that they are not). The notebooks' own text never asserts.
@@ -160,6 +163,7 @@ def _tfdiag_report():
             "verdict": "" if _after is None else _after.comparison.verdict,
         }}
     import workshop_check as _check
+    runs["_grades"] = {{k: [g.solved, str(g)] for k, g in _check.GRADES.items()}}
     runs["_kernel_peak_bytes"] = _check.peak_memory_bytes()
     runs["_kernel_private_bytes"] = _check.private_peak_bytes()
     return runs
@@ -204,28 +208,83 @@ def kernel_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_kernel_spec(kernels, KERNEL_NAME, "tfdiag_magic notebook tests")
 
 
+# Runs in the kernel after a notebook's second pass: every check's answer and the kernel's peak.
+MARK = "TFDIAG-EXERCISES "
+GRADES_CELL = f"""
+import json as _json
+import workshop_check as _check
+print({MARK!r} + _json.dumps({{
+    "grades": {{k: [g.solved, str(g)] for k, g in _check.GRADES.items()}},
+    "peak": _check.peak_memory_bytes(),
+    "private": _check.private_peak_bytes(),
+}}))
+"""
+SOLUTION_CODE = re.compile(r"```python\n(.*?)```", re.DOTALL)
+MAX_PROFILED_OUTPUT_BYTES = 50 * 1000
+
+
+def read(path: Path) -> Any:
+    return nbformat.read(path, as_version=4)
+
+
+def exercises(nb: Any) -> list[tuple[int, str, str]]:
+    """(task cell index, exercise id, the solution's code) of each exercise, in order: a task
+    cell is tagged ``exercise`` (its id in the metadata ``tfdiag_exercise``), and its solution
+    is the code of the first markdown cell after it tagged ``solution``."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if "exercise" not in tags(cell):
+            continue
+        solution = next(
+            (c for c in nb.cells[index + 1 :] if "solution" in tags(c)),
+            nbformat.v4.new_markdown_cell(),
+        )
+        match = SOLUTION_CODE.search(solution.source)
+        found.append(
+            (index, cell.metadata.get("tfdiag_exercise", ""), match.group(1) if match else "")
+        )
+    return found
+
+
+def solved(path: Path) -> Any:
+    """The notebook with each exercise's solution pasted into its task cell."""
+    nb = read(path)
+    for index, _exercise, solution in exercises(nb):
+        nb.cells[index].source = solution.rstrip("\n")
+    return nb
+
+
+def printed(cell: Any, mark: str) -> dict[str, Any]:
+    """The JSON a report cell printed after `mark`."""
+    text = cell_text(cell)
+    line = next((ln for ln in text.splitlines() if ln.startswith(mark)), None)
+    assert line is not None, f"the report cell printed no report:\n{text}"
+    return json.loads(line[len(mark) :])
+
+
 def execute(
     path: Path,
     kernels: Path,
     kernel_name: str = KERNEL_NAME,
     cwd: Path = NOTEBOOKS,
     *,
-    twice: bool = False,
+    again: Any = None,
 ) -> tuple[Any, dict[str, Any], float]:
     """Run the notebook and the report cell in one kernel; (notebook, report, seconds).
 
     The kernel is `kernel_name` from the kernel specs in `kernels`; it starts in `cwd`. The
-    seconds run from the kernel's start to the end of the report cell. With `twice`, the whole
-    notebook runs a second time in the same kernel after the report cell, as a student runs
-    cells again, and the cells of both passes come back (errors kept as outputs, for the test
-    to judge); without it, a cell that fails untagged raises-exception stops the run.
+    seconds run from the kernel's start to the end of the report cell. With `again` (a
+    notebook), its cells run after the report cell in the same kernel, as a student runs a
+    notebook a second time, then GRADES_CELL, whose report is kept under ``"_again"``; the
+    cells of both passes come back (errors kept as outputs, for the test to judge). Without
+    it, a cell that fails untagged raises-exception stops the run.
     """
-    nb = nbformat.read(path, as_version=4)
+    nb = read(path)
     first = len(nb.cells)
-    copies = [nbformat.from_dict(json.loads(json.dumps(cell))) for cell in nb.cells]
     nb.cells.append(nbformat.v4.new_code_cell(REPORT_CELL))
-    if twice:
-        nb.cells.extend(copies)
+    if again is not None:
+        nb.cells.extend(again.cells)
+        nb.cells.append(nbformat.v4.new_code_cell(GRADES_CELL))
     ended: dict[str, float] = {}
 
     def on_cell_executed(cell_index: int, **_: Any) -> None:
@@ -239,17 +298,17 @@ def execute(
         kernels,
         kernel_name,
         timeout=CELL_TIMEOUT_S,
-        allow_errors=twice,
+        allow_errors=again is not None,
         cwd=cwd,
         on_cell_executed=on_cell_executed,
     )
     assert "report" in ended, "the report cell did not run"
     seconds = ended["report"] - start
-    report_cell = nb.cells.pop(first)
-    text = cell_text(report_cell)
-    line = next((ln for ln in text.splitlines() if ln.startswith(REPORT_MARK)), None)
-    assert line is not None, f"the report cell printed no report:\n{text}"
-    return nb, json.loads(line[len(REPORT_MARK) :]), seconds
+    last = nb.cells.pop() if again is not None else None
+    runs = printed(nb.cells.pop(first), REPORT_MARK)
+    if last is not None:
+        runs["_again"] = printed(last, MARK)
+    return nb, runs, seconds
 
 
 def record_time(name: str, seconds: float, file: str = "notebook-times.json") -> None:
@@ -322,16 +381,32 @@ def check_story(notebook: str, runs: dict[str, Any]) -> None:
         assert second["span"] < first["span"], (first, second)
 
 
+def profiled_output_sizes(cells: list[Any]) -> dict[int, int]:
+    """The saved size (bytes of JSON) of each %%tfprofile cell's outputs, by cell index."""
+    return {
+        index: len(json.dumps(cell.outputs))
+        for index, cell in enumerate(cells)
+        if cell.cell_type == "code" and cell.source.startswith("%%tfprofile")
+    }
+
+
 @pytest.mark.parametrize("path", notebook_paths(), ids=lambda p: p.stem)
-def test_notebook_runs_clean_and_tells_its_story_and_runs_twice(path: Path, kernel_dirs: Path):
-    """The notebook's story (first pass), then the whole notebook run top to bottom a second
-    time in the same kernel, as students run cells again: it fails nowhere but in the cells
-    tagged raises-exception. (One kernel for both passes: the first pass is the story's run.)"""
-    both, runs, seconds = execute(path, kernel_dirs, twice=True)
+def test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved(
+    path: Path, kernel_dirs: Path
+):
+    """The notebook's story (the first pass, as stored: no exercise is solved), then the whole
+    notebook run top to bottom a second time in the same kernel with each exercise's solution
+    pasted into its task cell, as a student runs it again: it fails nowhere but in the cells
+    tagged raises-exception, every check says solved, and the kernel stays within a Binder
+    session's memory. (One kernel for both passes: the first pass is also the run of Part 1
+    on its own, tests/test_notebook_exercises.py.)"""
+    both, runs, seconds = execute(path, kernel_dirs, again=solved(path))
     record_time(path.name, seconds)
     half = len(both.cells) // 2
     cells, again = both.cells[:half], both.cells[half:]
-    peak, private = runs.pop("_kernel_peak_bytes"), runs.pop("_kernel_private_bytes")
+    first_grades, final = runs.pop("_grades"), runs.pop("_again")
+    runs.pop("_kernel_peak_bytes"), runs.pop("_kernel_private_bytes")
+    peak, private = final["peak"], final["private"]
     print(f"{path.name}: kernel peak memory {peak / 10**6:.0f} MB ({private / 10**6:.0f} MB own)")
     assert peak <= MAX_KERNEL_PEAK_BYTES, f"{path.name}: kernel peak {peak / 10**6:.0f} MB"
     assert private <= MAX_KERNEL_PRIVATE_BYTES, f"{path.name}: own {private / 10**6:.0f} MB"
@@ -377,12 +452,28 @@ def test_notebook_runs_clean_and_tells_its_story_and_runs_twice(path: Path, kern
             f"(tag it hand-written if that is intended); offered: {offered}"
         )
 
+    # The exercises: every check ran in each pass; none is solved as stored, all are solved.
+    ids = sorted(exercise for _, exercise, _ in exercises(read(path)))
+    assert sorted(first_grades) == ids == sorted(final["grades"]), (first_grades, final)
+    for exercise, (is_solved, text) in first_grades.items():
+        assert not is_solved, f"{exercise} unchanged was judged solved:\n{text}"
     for index, cell in enumerate(again):
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
         if errors and "raises-exception" not in tags(cell):
             pytest.fail(
-                f"{path.name} pass 2, cell {index} failed:\n{cell.source[:300]}\n{cell_text(cell)}"
+                f"{path.name} pass 2 (exercises solved), cell {index} failed:\n"
+                f"{cell.source[:300]}\n{cell_text(cell)}"
             )
+    for exercise, (is_solved, text) in final["grades"].items():
+        assert is_solved, f"{exercise}: the solution was not judged solved:\n{text}"
+        print(f"\n{text}")
+
+    banner = [i for i, c in enumerate(both.cells) if "oneDNN custom operations" in cell_text(c)]
+    assert not banner, f"{path.name}: TensorFlow's oneDNN banner in cells {banner}"
+    sizes = profiled_output_sizes(both.cells)
+    print(f"\n{path.name}: saved output of each profiled cell (bytes): {sizes}")
+    too_big = {i: s for i, s in sizes.items() if s > MAX_PROFILED_OUTPUT_BYTES}
+    assert not too_big, f"{path.name}: profiled cells over 50 KB: {too_big}"
 
     assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s"
 

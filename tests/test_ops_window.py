@@ -90,6 +90,13 @@ def _profiler_running() -> bool:
     return profiler_v2._profiler is not None
 
 
+@pytest.fixture(autouse=True)
+def private_temp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """This process's temporary folder for each test: the window's folder is made there, where
+    another test process's window (a kernel's, a command line's) cannot appear."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tmp")))
+
+
 def _window_folders() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("tfdiag-ops-*")}
 

@@ -1194,7 +1194,7 @@ def test_no_slow_callback_for_cheap_batch_hooks_and_epoch_work(tab, tmp_path):
 # -- gc-pauses ------------------------------------------------------------------------------
 
 
-def test_gc_pauses_collect_every_ten_steps(tab):
+def test_gc_pauses_collect_every_ten_steps(full_gc_heap, tab):
     result, r = profiled(
         tab,
         "import gc\n"
@@ -1216,7 +1216,7 @@ def test_gc_pauses_collect_every_ten_steps(tab):
     assert "gc.collect()" in f.detail
 
 
-def test_gc_pauses_callback_collecting_after_each_epoch(tab):
+def test_gc_pauses_callback_collecting_after_each_epoch(full_gc_heap, tab):
     # The "memory leak" advice: a full collection at the end of every epoch.
     result, r = profiled(
         tab,
@@ -1234,16 +1234,10 @@ def test_gc_pauses_callback_collecting_after_each_epoch(tab):
     assert_silent(r, "slow-callback")  # the epoch hook is no batch hook
 
 
-@pytest.fixture
-def unfreeze(tab):
-    yield tab
-    gc.unfreeze()
-
-
-def test_no_gc_pauses_once_set_up_is_frozen(unfreeze):
+def test_no_gc_pauses_once_set_up_is_frozen(full_gc_heap, tab):
     # gc.freeze() after set-up: the periodic collections no longer walk TensorFlow's objects.
     result, r = profiled(
-        unfreeze,
+        tab,
         "import gc\n"
         "gc.freeze()\n"
         "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)\n"
@@ -1256,7 +1250,7 @@ def test_no_gc_pauses_once_set_up_is_frozen(unfreeze):
     assert_silent(r, "gc-pauses")
 
 
-def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(tab):
+def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(full_gc_heap, tab):
     # One full collection is a one-off cost, not pauses that recur, even when the session
     # holds many objects (here a million records loaded as dicts) and so it takes long.
     tab.run_cell("records = [{'id': i, 'tags': [i]} for i in range(1_000_000)]")
@@ -1276,7 +1270,7 @@ def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(tab):
     assert not problems(r), listing(r)
 
 
-def test_gc_pauses_of_clear_session_in_a_model_search_are_an_info_note(tab):
+def test_gc_pauses_of_clear_session_in_a_model_search_are_an_info_note(full_gc_heap, tab):
     # The fix for models built in a loop: each clear_session() runs a full collection.
     result, r = profiled(
         tab,

@@ -32,7 +32,7 @@ import pytest
 from tests.kernels import write_kernel_spec
 from tests.test_notebooks import EXPECTED_FINDINGS, EXPECTED_RESOLVED, execute, record_time
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.workshop]
 
 REPO = Path(__file__).resolve().parents[1]
 BINDER = REPO / "binder"

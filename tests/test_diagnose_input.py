@@ -1194,7 +1194,8 @@ def test_no_slow_callback_for_cheap_batch_hooks_and_epoch_work(tab, tmp_path):
 # -- gc-pauses ------------------------------------------------------------------------------
 
 
-def test_gc_pauses_collect_every_ten_steps(full_gc_heap, tab):
+@pytest.mark.usefixtures("full_gc_heap")
+def test_gc_pauses_collect_every_ten_steps(tab):
     result, r = profiled(
         tab,
         "import gc\n"
@@ -1216,7 +1217,8 @@ def test_gc_pauses_collect_every_ten_steps(full_gc_heap, tab):
     assert "gc.collect()" in f.detail
 
 
-def test_gc_pauses_callback_collecting_after_each_epoch(full_gc_heap, tab):
+@pytest.mark.usefixtures("full_gc_heap")
+def test_gc_pauses_callback_collecting_after_each_epoch(tab):
     # The "memory leak" advice: a full collection at the end of every epoch.
     result, r = profiled(
         tab,
@@ -1234,7 +1236,8 @@ def test_gc_pauses_callback_collecting_after_each_epoch(full_gc_heap, tab):
     assert_silent(r, "slow-callback")  # the epoch hook is no batch hook
 
 
-def test_no_gc_pauses_once_set_up_is_frozen(full_gc_heap, tab):
+@pytest.mark.usefixtures("full_gc_heap")
+def test_no_gc_pauses_once_set_up_is_frozen(tab):
     # gc.freeze() after set-up: the periodic collections no longer walk TensorFlow's objects.
     result, r = profiled(
         tab,
@@ -1250,7 +1253,8 @@ def test_no_gc_pauses_once_set_up_is_frozen(full_gc_heap, tab):
     assert_silent(r, "gc-pauses")
 
 
-def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(full_gc_heap, tab):
+@pytest.mark.usefixtures("full_gc_heap")
+def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(tab):
     # One full collection is a one-off cost, not pauses that recur, even when the session
     # holds many objects (here a million records loaded as dicts) and so it takes long.
     tab.run_cell("records = [{'id': i, 'tags': [i]} for i in range(1_000_000)]")
@@ -1270,7 +1274,8 @@ def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(full_gc_heap,
     assert not problems(r), listing(r)
 
 
-def test_gc_pauses_of_clear_session_in_a_model_search_are_an_info_note(full_gc_heap, tab):
+@pytest.mark.usefixtures("full_gc_heap")
+def test_gc_pauses_of_clear_session_in_a_model_search_are_an_info_note(tab):
     # The fix for models built in a loop: each clear_session() runs a full collection.
     result, r = profiled(
         tab,

@@ -131,6 +131,7 @@ def test_the_set_up_cells_come_before_part_one_ends():
         assert code == sorted(setup + [i for i in first if nb.cells[i].cell_type == "code"])
 
 
+@pytest.mark.workshop
 @pytest.mark.parametrize(("path", "number"), part_params())
 def test_each_part_runs_alone_after_the_set_up_cells(path: Path, number: int, kernels: Path):
     """Students skip ahead, or restart a kernel in the middle: a Part needs only the set-up

@@ -390,6 +390,7 @@ def profiled_output_sizes(cells: list[Any]) -> dict[int, int]:
     }
 
 
+@pytest.mark.workshop
 @pytest.mark.parametrize("path", notebook_paths(), ids=lambda p: p.stem)
 def test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved(
     path: Path, kernel_dirs: Path
@@ -478,6 +479,7 @@ def test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved(
     assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s"
 
 
+@pytest.mark.workshop
 def test_the_multi_worker_notebook_leaves_no_folder_behind(tmp_path: Path):
     """Notebook 08 writes its jobs' reports under a temporary folder: a kernel shut down as a
     student shuts it down (a shutdown request, not a kill) leaves nothing behind, and the

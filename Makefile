@@ -32,7 +32,8 @@ test: lint
 	$(PY) -m pytest -q -m "alone and not workshop" --durations=5
 
 test-workshop: setup
-	$(PY) -m pytest -q $(PARALLEL) -m workshop --durations=25
+	$(PY) -m pytest -q $(PARALLEL) -m "workshop and not alone" --durations=25
+	$(PY) -m pytest -q -m "workshop and alone" --durations=5
 
 # A quick check while working: ruff, the record, rewrite, GPU-record and explain tests, and the
 # healthy and memory diagnosis tests; no Jupyter kernel, browser, Binder, CLI or notebook runs.

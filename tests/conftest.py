@@ -130,7 +130,6 @@ def cpu_hog():
 # The rest keep their order. A run without xdist keeps the plain order.
 LONGEST_FIRST = (
     "test_binder.py",
-    "test_notebooks.py::test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved[08",
     "test_notebooks.py::test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved",
     "test_notebook_exercises.py::test_each_part_runs_alone_after_the_set_up_cells",
     "test_corpus.py",

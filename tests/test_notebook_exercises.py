@@ -29,6 +29,7 @@ import pytest
 
 from tests.kernels import execute_notebook, write_kernel_spec
 from tests.test_notebooks import (
+    ALONE,
     CELL_TIMEOUT_S,
     GRADES_CELL,
     MARK,
@@ -73,7 +74,12 @@ def parts(nb: Any) -> list[list[int]]:
 def part_params() -> list[Any]:
     """Each notebook's Parts after the first (the first runs alone in the story's first pass)."""
     return [
-        pytest.param(path, number, id=f"{path.stem}-part{number + 1}")
+        pytest.param(
+            path,
+            number,
+            id=f"{path.stem}-part{number + 1}",
+            marks=[pytest.mark.alone] if path.name in ALONE else [],
+        )
         for path in notebook_paths()
         for number in range(1, len(parts(read(path))))
     ]

@@ -1194,7 +1194,6 @@ def test_no_slow_callback_for_cheap_batch_hooks_and_epoch_work(tab, tmp_path):
 # -- gc-pauses ------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("full_gc_heap")
 def test_gc_pauses_collect_every_ten_steps(tab):
     result, r = profiled(
         tab,
@@ -1217,7 +1216,6 @@ def test_gc_pauses_collect_every_ten_steps(tab):
     assert "gc.collect()" in f.detail
 
 
-@pytest.mark.usefixtures("full_gc_heap")
 def test_gc_pauses_callback_collecting_after_each_epoch(tab):
     # The "memory leak" advice: a full collection at the end of every epoch.
     result, r = profiled(
@@ -1236,11 +1234,16 @@ def test_gc_pauses_callback_collecting_after_each_epoch(tab):
     assert_silent(r, "slow-callback")  # the epoch hook is no batch hook
 
 
-@pytest.mark.usefixtures("full_gc_heap")
-def test_no_gc_pauses_once_set_up_is_frozen(tab):
+@pytest.fixture
+def unfreeze(tab):
+    yield tab
+    gc.unfreeze()
+
+
+def test_no_gc_pauses_once_set_up_is_frozen(unfreeze):
     # gc.freeze() after set-up: the periodic collections no longer walk TensorFlow's objects.
     result, r = profiled(
-        tab,
+        unfreeze,
         "import gc\n"
         "gc.freeze()\n"
         "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)\n"
@@ -1253,7 +1256,6 @@ def test_no_gc_pauses_once_set_up_is_frozen(tab):
     assert_silent(r, "gc-pauses")
 
 
-@pytest.mark.usefixtures("full_gc_heap")
 def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(tab):
     # One full collection is a one-off cost, not pauses that recur, even when the session
     # holds many objects (here a million records loaded as dicts) and so it takes long.
@@ -1274,7 +1276,6 @@ def test_no_gc_pauses_for_one_clear_session_at_the_top_of_the_cell(tab):
     assert not problems(r), listing(r)
 
 
-@pytest.mark.usefixtures("full_gc_heap")
 def test_gc_pauses_of_clear_session_in_a_model_search_are_an_info_note(tab):
     # The fix for models built in a loop: each clear_session() runs a full collection.
     result, r = profiled(

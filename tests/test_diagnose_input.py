@@ -349,6 +349,7 @@ def test_input_bound_that_sets_the_pace_fires_every_time_with_a_neighbour(feats,
         assert the(r, "input-bound").evidence["wait_share"] >= 0.4
 
 
+@pytest.mark.alone  # the hog is the neighbour; the other worker's training would be a second one
 def test_no_input_bound_for_a_light_prefetched_pipeline_with_a_neighbour(feats, cpu_hog):
     # The input is a parallel normalisation of rows held in memory, prefetched; the step is
     # two 512-unit layers. With the hog the steps waited -0.05-0.06 of the time in ten runs,
@@ -457,6 +458,7 @@ def test_input_bound_step_that_reads_the_iterator_it_is_given(feats):
     assert stats.input_series[-1][0] == 70 and stats.input_series[-1][1] == stats.input_wait
 
 
+@pytest.mark.alone  # the hog is the neighbour; the other worker's training would be a second one
 def test_no_input_bound_for_an_iterator_step_on_rows_in_memory_with_a_neighbour(feats, cpu_hog):
     feats.run_cell(ITERATOR_STEP)
     cell = (

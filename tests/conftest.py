@@ -22,6 +22,9 @@ tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
 )
 
+# The browser tests' Chromium and JupyterLab server: session fixtures, started once per process.
+pytest_plugins = ("tests.browser_lab",)
+
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -100,19 +103,26 @@ def cpu_hog():
 
 # `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). A module runs whole
 # on one worker (marked here as its own xdist group), so that its kernel, server or command-line
-# run starts once; the modules in SPREAD are the exception: each of their tests starts what it
-# needs itself (a notebook's kernel, a corpus program's interpreter) and is handed out on its
-# own, so that both workers share them. Work is handed out in collection order as workers come
-# free, so the longest go first: none of them starts last while the other worker sits idle.
+# run starts once; the browser tests' modules make one group (GROUPS), so that one JupyterLab
+# server and one browser serve them all. The modules in SPREAD are the exception: each of their
+# tests starts what it needs itself (a notebook's kernel, a corpus program's interpreter) and is
+# handed out on its own, so that both workers share them. Work is handed out in collection order
+# as workers come free, so the longest go first: none of them starts last while the other worker
+# sits idle.
 # The rest keep their order. A run without xdist keeps the plain order.
 LONGEST_FIRST = (
     "test_binder.py",
     "test_notebooks.py::test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved",
     "test_notebook_exercises.py::test_each_part_runs_alone_after_the_set_up_cells",
     "test_corpus.py",
-    "test_browser.py",
+    "test_browser",
 )
 SPREAD = ("test_notebooks.py", "test_notebook_exercises.py", "test_corpus.py")
+GROUPS = {
+    "test_browser.py": "browser",
+    "test_browser_ops.py": "browser",
+    "test_browser_workers.py": "browser",
+}
 
 
 def _rank(item: pytest.Item) -> int:
@@ -127,5 +137,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         if item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+            group = GROUPS.get(item.path.name, item.path.name)
+            item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=_rank)

@@ -33,3 +33,5 @@ pytest_collection_modifyitems
 # pytest's hooks, called by name by pytest (the claims test's options and parameters).
 pytest_addoption
 pytest_generate_tests
+# tests/conftest.py: pytest reads `pytest_plugins` of a conftest to load the browser fixtures.
+pytest_plugins

@@ -15,31 +15,14 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
+
+from tests.browser_lab import open_notebook, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
-CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 TABS = ["Overview", "Steps", "Memory", "GPU", "Findings", "Data"]
 REWRITE = "print('rewritten by tfdiag_magic')"
 
@@ -61,143 +44,6 @@ CELLS = [
     "    diff='--- cell\\n+++ rewrite\\n@@ -1 +1 @@\\n-print(1)\\n+print(2)\\n')]\n"
     "display(dashboard_bundle(r)[0], raw=True)",
 ]
-
-
-def _ensure_chromium() -> str | None:
-    """The reason Chromium cannot be had, or None once /usr/bin/chromium is there."""
-    if Path(CHROMIUM).exists():
-        return None
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        return "chromium is not installed and cannot be (no apt-get, or not root)"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            return f"could not install chromium: {' '.join(command)}: {done.stderr[-500:]}"
-    return None if Path(CHROMIUM).exists() else "chromium installed but not at /usr/bin/chromium"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    reason = _ensure_chromium()
-    if reason:
-        pytest.skip(reason)
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A JupyterLab server on localhost: (base URL with token, its root folder)."""
-    pytest.importorskip("jupyterlab")
-    root = tmp_path_factory.mktemp("lab")
-    home = tmp_path_factory.mktemp("lab-home")
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(
-        os.environ,
-        TF_CPP_MIN_LOG_LEVEL="2",
-        JUPYTER_CONFIG_DIR=str(home / "config"),
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        f"--ServerApp.token={token}",
-        f"--ServerApp.root_dir={root}",
-        "--LabApp.news_url=",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]
-    if os.geteuid() == 0:
-        command.append("--allow-root")
-    log = (home / "server.log").open("w")
-    server = subprocess.Popen(
-        command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                pytest.fail("JupyterLab exited: " + (home / "server.log").read_text()[-2000:])
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.3)
-        else:
-            pytest.fail("JupyterLab did not start within 60 s")
-        yield f"http://127.0.0.1:{port}", root, token
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
-
-
-def _settle_kernel(page: Any, quiet_s: float = 5.0, limit_s: float = 60.0) -> None:
-    """Wait until the notebook's kernel is idle and no dialog has come up for `quiet_s`.
-
-    JupyterLab may raise its "Select Kernel" dialog seconds after the page has loaded, and
-    accepting it starts a new kernel in place of the first: in a clean checkout's run, cell 0
-    (``%load_ext``) ran on the first kernel and the training cell was lost with it (the new
-    kernel started 4 s after the page connected)."""
-    quiet_since = time.monotonic()
-    deadline = quiet_since + limit_s
-    while time.monotonic() < deadline:
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count()
-        if accept.count() or not idle:
-            if accept.count():
-                accept.first.click()
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= quiet_s:
-            return
-        page.wait_for_timeout(250)
-
-
-def _run_cell(page: Any, index: int) -> None:
-    """Click into cell `index` and run it, once the kernel has settled; again if the kernel was
-    not ready to take it."""
-    _settle_kernel(page)
-    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
-    prompt = cell.locator(".jp-InputPrompt")
-    for _ in range(10):
-        # JupyterLab may still raise its "Select Kernel" dialog after the page has loaded.
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count():
-            accept.first.click()
-        cell.locator(".jp-InputArea-editor").click()
-        page.keyboard.press("Shift+Enter")
-        try:
-            page.wait_for_function(
-                "el => /\\[(\\*|\\d+)\\]/.test(el.innerText)",
-                arg=prompt.element_handle(),
-                timeout=3000,
-            )
-            return
-        except Exception:
-            page.wait_for_timeout(1000)
-    raise AssertionError(f"cell {index} did not start running")
 
 
 # Installed in the page before a slider move, on the plot's <img>: when the handle is released,
@@ -237,33 +83,10 @@ def _window_text(page: Any, index: int = 0) -> str:
 
 
 def test_live_view_and_dashboard_in_jupyterlab(browser, lab, artifacts):
-    url, root, token = lab
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, root / "dashboard.ipynb")
-
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
+    context, page = open_notebook(browser, lab, "dashboard.ipynb", CELLS, clipboard=True)
     try:
-        page.goto(f"{url}/lab/tree/dashboard.ipynb?token={token}")
-        page.wait_for_selector(".jp-Notebook .jp-Cell")
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count():
-            accept.first.click()
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-        no_news = page.locator(".jp-Notification-Toast-Close, .jp-toast-button:has-text('No')")
-        if no_news.count():
-            no_news.first.click()
-
-        _run_cell(page, 0)  # %load_ext
-        _run_cell(page, 1)  # %%tfprofile: the training cell
+        run_cell(page, 0)  # %load_ext
+        run_cell(page, 1)  # %%tfprofile: the training cell
 
         # While it trains: the live view, with steps counted.
         live = page.locator(".tfdiag-live")
@@ -338,7 +161,7 @@ def test_live_view_and_dashboard_in_jupyterlab(browser, lab, artifacts):
         # A finding's "Insert below" adds the rewritten cell under the cell that showed it.
         cells = page.locator(".jp-Notebook .jp-Cell")
         count = cells.count()
-        _run_cell(page, 2)
+        run_cell(page, 2)
         second = page.locator(".tfdiag-dashboard").nth(1)
         second.wait_for(state="visible", timeout=60_000)
         second.locator(".lm-TabBar-tab", has_text="Findings").click()

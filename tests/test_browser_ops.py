@@ -2,16 +2,16 @@
 
 A ``%%tfprofile --ops`` cell trains a small Keras model; the dashboard that replaces the live
 view has an Ops tab last; opened, it lists the window's top ops, a MatMul among them, and the
-per-step split. The JupyterLab server, the browser and the cell runner are tests/test_browser.py's;
+per-step split. The JupyterLab server, the browser and the cell runner are tests/browser_lab.py's;
 the screenshot goes to test-artifacts/browser-ops-tab.png.
 """
 
 from __future__ import annotations
 
-import nbformat
 import pytest
 
-from tests.test_browser import TABS, _run_cell, browser, lab  # noqa: F401 (fixtures)
+from tests.browser_lab import open_notebook, run_cell
+from tests.test_browser import TABS
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
@@ -28,31 +28,11 @@ CELLS = [
 ]
 
 
-def test_ops_tab_lists_the_window_ops(browser, lab, artifacts):  # noqa: F811
-    url, root, token = lab
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, root / "ops.ipynb")
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
+def test_ops_tab_lists_the_window_ops(browser, lab, artifacts):
+    context, page = open_notebook(browser, lab, "ops.ipynb", CELLS)
     try:
-        page.goto(f"{url}/lab/tree/ops.ipynb?token={token}")
-        page.wait_for_selector(".jp-Notebook .jp-Cell")
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count():
-            accept.first.click()
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-        no_news = page.locator(".jp-Notification-Toast-Close, .jp-toast-button:has-text('No')")
-        if no_news.count():
-            no_news.first.click()
-        _run_cell(page, 0)
-        _run_cell(page, 1)
+        run_cell(page, 0)
+        run_cell(page, 1)
         dashboard = page.locator(".tfdiag-dashboard").first
         dashboard.wait_for(state="visible", timeout=180_000)
         labels = dashboard.locator(".lm-TabBar-tabLabel").all_inner_texts()

@@ -5,7 +5,7 @@ the Workers tab plots each worker's time per step along the steps, a line per wo
 The two reports are made by ``python -m tfdiag_magic profile`` on a small training script run
 twice with the `TF_CONFIG` of worker 0 and worker 1 of a 2-worker cluster (what a worker of a
 job reads; the script itself trains alone, so the test needs no job). The JupyterLab server, the
-browser and the cell runner are tests/test_browser.py's; the screenshot goes to
+browser and the cell runner are tests/browser_lab.py's; the screenshot goes to
 test-artifacts/browser-workers-tab.png.
 """
 
@@ -16,10 +16,9 @@ import os
 import subprocess
 import sys
 
-import nbformat
 import pytest
 
-from tests.test_browser import _run_cell, browser, lab  # noqa: F401 (fixtures)
+from tests.browser_lab import open_notebook, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
@@ -62,35 +61,13 @@ def _worker_reports(folder) -> None:
         assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_workers_tab_plots_each_workers_steps(browser, lab, artifacts):  # noqa: F811
-    url, root, token = lab
-    _worker_reports(root)
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell("import tfdiag_magic\nmerged = tfdiag_magic.merge('reports')"),
-        nbformat.v4.new_code_cell("merged"),
-    ]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbformat.write(nb, root / "workers.ipynb")
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
+def test_workers_tab_plots_each_workers_steps(browser, lab, artifacts):
+    _worker_reports(lab[1])  # the server's root folder
+    cells = ["import tfdiag_magic\nmerged = tfdiag_magic.merge('reports')", "merged"]
+    context, page = open_notebook(browser, lab, "workers.ipynb", cells)
     try:
-        page.goto(f"{url}/lab/tree/workers.ipynb?token={token}")
-        page.wait_for_selector(".jp-Notebook .jp-Cell")
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count():
-            accept.first.click()
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-        no_news = page.locator(".jp-Notification-Toast-Close, .jp-toast-button:has-text('No')")
-        if no_news.count():
-            no_news.first.click()
-        _run_cell(page, 0)
-        _run_cell(page, 1)
+        run_cell(page, 0)
+        run_cell(page, 1)
         tabs = page.locator(".jupyter-widgets.lm-TabBar, .jupyter-widgets .lm-TabBar").first
         tabs.wait_for(state="visible", timeout=120_000)
         labels = tabs.locator(".lm-TabBar-tabLabel").all_inner_texts()

@@ -10,6 +10,7 @@ browser. Each test opens its own notebook in its own browser context.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -179,7 +181,7 @@ def open_notebook(
     browser: Any, lab: tuple[str, Path, str], name: str, cells: list[str], clipboard: bool = False
 ) -> tuple[Any, Any]:
     """Write a notebook of `cells` as `name` in the server's root and open it in a new browser
-    context, with its kernel started and idle: (context, page). Close the context when done."""
+    context, with its kernel started and idle: (context, page). `close_notebook` when done."""
     url, root, token = lab
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
@@ -207,3 +209,18 @@ def open_notebook(
     if no_news.count():
         no_news.first.click()
     return context, page
+
+
+def close_notebook(context: Any, lab: tuple[str, Path, str]) -> None:
+    """Close the browser context and shut down the server's kernels (the server outlives the
+    test: its kernels would hold their memory until the end of the session)."""
+    context.close()
+    url, _, token = lab
+    headers = {"Authorization": f"token {token}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/api/kernels", headers=headers)) as r:
+        kernels = json.load(r)
+    for kernel in kernels:
+        request = urllib.request.Request(
+            f"{url}/api/kernels/{kernel['id']}", headers=headers, method="DELETE"
+        )
+        urllib.request.urlopen(request).close()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_lab import open_notebook, run_cell
+from tests.browser_lab import close_notebook, open_notebook, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
@@ -192,4 +192,4 @@ def test_live_view_and_dashboard_in_jupyterlab(browser, lab, artifacts):
         (artifacts / "browser-failure.html").write_text(page.content(), encoding="utf-8")
         raise
     finally:
-        context.close()
+        close_notebook(context, lab)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser_lab import open_notebook, run_cell
+from tests.browser_lab import close_notebook, open_notebook, run_cell
 from tests.test_browser import TABS
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
@@ -49,4 +49,4 @@ def test_ops_tab_lists_the_window_ops(browser, lab, artifacts):
         page.screenshot(path=str(artifacts / "browser-ops-failure.png"))
         raise
     finally:
-        context.close()
+        close_notebook(context, lab)

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from tests.browser_lab import open_notebook, run_cell
+from tests.browser_lab import close_notebook, open_notebook, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
@@ -91,4 +91,4 @@ def test_workers_tab_plots_each_workers_steps(browser, lab, artifacts):
         page.screenshot(path=str(artifacts / "browser-workers-failure.png"))
         raise
     finally:
-        context.close()
+        close_notebook(context, lab)

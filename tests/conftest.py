@@ -8,8 +8,10 @@ initialises its runtime, hence at import of this file.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -22,7 +24,7 @@ tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
 )
 
-# The browser tests' Chromium and JupyterLab server: session fixtures, started once per process.
+# The browser tests' Chromium and JupyterLab server (module fixtures) and their steps in the page.
 pytest_plugins = ("tests.browser_lab",)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,6 +68,16 @@ def ip(shell):
     return shell
 
 
+@pytest.fixture(autouse=True)
+def sigint_handler_kept() -> Iterator[None]:
+    """No test leaves SIGINT's handler changed: a Ctrl-C must reach the code as it did (the real
+    Ctrl-C test of tests/test_fault_injection.py relies on Python's own handler)."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    assert after is before, f"SIGINT's handler was {before!r} and is {after!r}"
+
+
 @pytest.fixture
 def python() -> str:
     return sys.executable
@@ -101,28 +113,21 @@ def cpu_hog():
         stop_cpu_hog(hog)
 
 
-# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). A module runs whole
-# on one worker (marked here as its own xdist group), so that its kernel, server or command-line
-# run starts once; the browser tests' modules make one group (GROUPS), so that one JupyterLab
-# server and one browser serve them all. The modules in SPREAD are the exception: each of their
-# tests starts what it needs itself (a notebook's kernel, a corpus program's interpreter) and is
-# handed out on its own, so that both workers share them. Work is handed out in collection order
-# as workers come free, so the longest go first: none of them starts last while the other worker
-# sits idle.
-# The rest keep their order. A run without xdist keeps the plain order.
+# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). A module runs whole on
+# one worker (marked here as its own xdist group), so that its kernel, server or command-line run
+# starts once. The modules in SPREAD are the exception: each of their tests starts what it needs
+# itself (a notebook's kernel, a corpus program's interpreter) and is handed out on its own, so
+# that both workers share them. Work is handed out in collection order as workers come free, so the
+# longest go first: none of them starts last while the other worker sits idle. The rest keep their
+# order. A run without xdist keeps the plain order.
 LONGEST_FIRST = (
     "test_binder.py",
     "test_notebooks.py::test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved",
     "test_notebook_exercises.py::test_each_part_runs_alone_after_the_set_up_cells",
     "test_corpus.py",
-    "test_browser",
+    "test_browser.py",
 )
 SPREAD = ("test_notebooks.py", "test_notebook_exercises.py", "test_corpus.py")
-GROUPS = {
-    "test_browser.py": "browser",
-    "test_browser_ops.py": "browser",
-    "test_browser_workers.py": "browser",
-}
 
 
 def _rank(item: pytest.Item) -> int:
@@ -137,6 +142,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         if item.path.name not in SPREAD:
-            group = GROUPS.get(item.path.name, item.path.name)
-            item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
     items.sort(key=_rank)

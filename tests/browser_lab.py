@@ -155,7 +155,7 @@ def settle_kernel(page: Any, quiet_s: float, limit_s: float = 60.0) -> None:
 def run_cell(page: Any, index: int) -> None:
     """Click into cell `index` and run it, once the kernel has settled; again if the kernel was
     not ready to take it. Before the page's first cell the kernel must have been quiet for 5 s
-    (the late "Select Kernel" dialog, see `_settle_kernel`); by the next cells that time has
+    (the late "Select Kernel" dialog, see `settle_kernel`); by the next cells that time has
     passed, and a second of quiet is enough."""
     settle_kernel(page, quiet_s=5.0 if index == 0 else 1.0)
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
@@ -198,8 +198,8 @@ def open_notebook(
         context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
     page = context.new_page()
     page.set_default_timeout(60_000)
-    # A workspace of its own, empty: the server's default one would open the notebooks that
-    # earlier tests opened as well, as tabs beside this one.
+    # A workspace of its own, empty: the server's default one would also open, as tabs beside
+    # this one, the notebooks its earlier tests opened (one of them would take the clicks).
     workspace = Path(name).stem
     page.goto(f"{url}/lab/workspaces/{workspace}/tree/{name}?reset&token={token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell")

@@ -4,10 +4,8 @@ the steps a person takes in it (open a notebook, run a cell).
 
 The browser and the server are module fixtures (this module is a pytest plugin, registered in
 conftest.py): each browser test module starts its own and stops them after its tests, so that
-no Playwright thread, browser or server outlives the module in the test process (kept for
-the whole session, they were followed by a failure of the real Ctrl-C test of
-test_fault_injection.py in three full runs of three, not understood). Each test opens its own
-notebook in its own browser context and workspace.
+no Playwright thread, browser or server outlives the module in the test process. Each test
+opens its own notebook in its own browser context and workspace.
 """
 
 from __future__ import annotations

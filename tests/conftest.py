@@ -8,10 +8,8 @@ initialises its runtime, hence at import of this file.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -66,16 +64,6 @@ def ip(shell):
     """
     shell.reset(new_session=False)
     return shell
-
-
-@pytest.fixture(autouse=True)
-def sigint_handler_kept() -> Iterator[None]:
-    """No test leaves SIGINT's handler changed: a Ctrl-C must reach the code as it did (the real
-    Ctrl-C test of tests/test_fault_injection.py relies on Python's own handler)."""
-    before = signal.getsignal(signal.SIGINT)
-    yield
-    after = signal.getsignal(signal.SIGINT)
-    assert after is before, f"SIGINT's handler was {before!r} and is {after!r}"
 
 
 @pytest.fixture

@@ -315,6 +315,19 @@ def test_a_fault_between_the_runs_of_a_sweep_keeps_the_rows(
     clean_check()
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Ctrl-C as a kernel has it, Python's own SIGINT handler, for one test. A process started
+    with SIGINT ignored (pytest run as a background job of a script, as CI or `make test &`
+    may, hands that on to its workers) keeps it ignored, and a real Ctrl-C reaches nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint")  # set up first: before `clean_check`'s snapshot
 def test_a_real_ctrl_c_while_the_probes_are_removed_is_held_until_they_are_all_out(
     fit_ip, clean_check, monkeypatch, capsys
 ):

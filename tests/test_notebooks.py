@@ -40,15 +40,16 @@ CELL_TIMEOUT_S = 300
 # The issue's promise: every notebook runs in under two minutes on a 2-CPU machine.
 NOTEBOOK_BUDGET_S = 120
 # Binder gives a session 2 GB (2G, as Kubernetes counts: 2 * 10**9 bytes) and guarantees 1 GB.
-# A kernel's peak (VmHWM) holds TensorFlow's libraries mapped from disk (RssFile, 430-440 MB
-# here), one copy of which every kernel of the machine shares, and what the kernel made itself
-# (`workshop_check.private_peak_bytes`). The peaks differ by machine: the same notebook peaked
-# 100-140 MB higher on one machine than on another of the same size (notebook 1, before it was
-# split in two: 957 MB, 1,097 MB, and 1,074 MB on a third). So the peak's bound leaves that room
-# (the largest here: 997 MB, 06 run twice), and the kernel's own memory is bounded too: two
-# kernels of 600 MB each, one copy of the libraries and the Jupyter server fit in 2 GB.
+# A kernel's peak (VmHWM) holds TensorFlow's libraries mapped from disk (RssFile), one copy of
+# which every kernel of the machine shares, and what the kernel made itself
+# (`workshop_check.private_peak_bytes`). Both differ by machine, even between machines of one
+# size: notebook 06 run twice peaked at 997 MB here (libraries 430 MB, 566 MB own) and at
+# 1,081 MB on the CI machine (libraries 480 MB, 601 MB own); with Part 1's batch halved since,
+# 551 MB own here. The bounds leave that room. Two
+# kernels of 650 MB each, one copy of the libraries (480 MB) and the Jupyter server (85 MB
+# after it starts) take 1,865 MB: they fit in 2 GB.
 MAX_KERNEL_PEAK_BYTES = 12 * 10**8
-MAX_KERNEL_PRIVATE_BYTES = 6 * 10**8
+MAX_KERNEL_PRIVATE_BYTES = 65 * 10**7
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 COMPARE_LINE = re.compile(r"^%%tfprofile\b.*--compare\s+(\w+)")
 REPORT_MARK = "TFDIAG-NOTEBOOK-REPORT "

@@ -15,7 +15,7 @@ from ..rewrite import detach_appends
 from ..units import size
 from .eager_kernels import PY_FUNCTION, RANDOM, KernelCall, kernel_per_call_calls
 from .evidence import first_rewrite, loop_label, rounded, with_rewrite
-from .growth import MIN_SPAN_STEPS, Growth, growth_within, is_steady_rise, steady_growth
+from .growth import Growth, growth_within, is_steady_rise, steady_growth
 from .where import (
     Place,
     clip,
@@ -116,7 +116,7 @@ A TensorFlow process on this machine moves by a few MiB between samples while he
 (allocator caches), so 64 MiB is well clear of that. The same bar holds for the CPU
 allocator's bytes in use: in a healthy loop they return to the same level after every step.
 
-Three runs grow steadily without keeping anything per step that can be told apart, and the
+Two runs grow steadily without keeping anything per step that can be told apart, and the
 finding is then an info note that says which:
 - the cell caches a dataset in memory (`.cache()` without a file name) and the run made a
   single pass over it (one epoch): the cache fills during that pass and would stop growing at
@@ -127,9 +127,12 @@ finding is then an info note that says which:
   `keras.backend.clear_session()` before each model still grew 4.1–5.7 MiB per model here
   with a 12→32→1 MLP (20 models, 85 MiB) and 16.5–23 MiB with a 12→1024→1024→1 MLP, which
   reads as a steady rise per step;
-- one to four models were built, or the cell caches in memory, and the spans left after their
-  builds and first epochs are shorter than 20 steps: the growth across the run may come with
-  the models or the cache, and the note says to train longer to tell.
+
+A run that builds one to four models after its first step, or caches in memory, and leaves no
+span of 20 steps after its builds and first epochs gets no finding: its growth across the run
+may come with the models or the cache, and there is nothing to judge it by (the TensorFlow
+image-classification tutorial, two models fitted 9 steps each on in-memory caches, grew 65 MiB
+so in one of nine runs, healthy).
 
 The random-op and `tf.py_function` causes are named only on a growth that passes the bars
 above, only where the code the growth is credited to makes the call eagerly (not inside a
@@ -202,6 +205,12 @@ def check(record: Record, source: str | None) -> Finding | None:
     # The run could not be cut into spans long enough to judge (models built, a cache's first
     # epoch): the growth across them may come with what lies between them.
     unsplit = not within_spans and len(spans) != 1
+    if unsplit and not single_pass and len(models) < MIN_MODELS_ALONG:
+        # Nothing to tell the user but "cannot tell": a healthy tutorial that fits two models
+        # for 9 steps each on in-memory caches grew 65 MiB across its builds and first epochs
+        # in one of nine runs (tests/test_corpus.py), just over the bar. Silence, not a note
+        # that comes and goes.
+        return None
     evidence = {
         "measure": MEASURES[measure],
         "bytes_per_step": rounded(growth.per_step),
@@ -232,7 +241,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence["eager_py_functions"] = [
             f"line {c.line}: {c.name}" for c in kernel_calls if c.kind == PY_FUNCTION
         ]
-    note = _not_per_step_note(record, growth, models, built_at, single_pass, unsplit)
+    note = _not_per_step_note(record, growth, models, built_at, single_pass)
     if built_at:
         located = ""  # the note says where the models were built
     elif place is not None:
@@ -364,7 +373,6 @@ def _not_per_step_note(
     models: list[ModelBuilt],
     built_at: list[tuple[int, int]],
     single_pass: bool,
-    unsplit: bool,
 ) -> str:
     """Why the growth may not be kept per step ("" when nothing says so)."""
     if len(models) >= MIN_MODELS_ALONG:
@@ -395,14 +403,6 @@ def _not_per_step_note(
             " The cell caches a dataset in memory (`.cache()`) and the run made one pass over"
             " it: a cache fills during its first pass and stops growing after, so this growth"
             " may be the cache. Run two epochs to tell: a cache stays flat in the second."
-        )
-    if unsplit:
-        return (
-            " The run is too short to judge within each model's own steady span (after the"
-            " model was built and, where the cell caches a dataset in memory, after its first"
-            f" epoch: at least {MIN_SPAN_STEPS} steps each): memory that comes with a model"
-            " built or a cache filling rises with the steps too, so this run cannot tell a"
-            " per-step leak from it. Train longer to tell."
         )
     return ""
 

@@ -13,7 +13,9 @@ than in a plain run, so that column overstates them).
 
 Each workload is a cell run in a real IPython shell, plainly and under ``%%tfprofile -q`` (the
 magic's full path: loop instrumentation, every probe, the recorder, the diagnosis after), at
-``SHORT`` and ``LONG`` steps. cProfile counts every call, builtins included. The slope
+``SHORT`` and ``LONG`` steps (the eager loop, whose steps make ten thousand calls each under
+cProfile, at the lengths `LENGTHS` gives it: 128 and 384 read 9.0 where 200 and 600 read 8.8,
+and take 21 s instead of 34 s). cProfile counts every call, builtins included. The slope
 ``(calls(LONG) - calls(SHORT)) / (LONG - SHORT)`` cancels what a run costs once (start-up,
 report); the profiled slope minus the plain slope is what the tool adds per step.
 
@@ -33,6 +35,10 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SHORT, LONG = 200, 600
+# Shorter runs for a workload whose steps are slow under cProfile; not shorter than 128 and 384:
+# a run's sporadic calls (the garbage collector's callbacks, a few per hundred steps) then
+# weigh more per step (64 and 192 read 17.4 for the eager loop).
+LENGTHS = {"eager loop": (128, 384)}
 TARGET = 12  # calls the tool may add per step (issue 18)
 HOT_PATH = "--memory-interval 3600"  # no time-based memory sample inside the counted runs
 
@@ -86,19 +92,27 @@ def calls(shell, cell: str) -> int:
     return pstats.Stats(profiler).total_calls
 
 
-def per_step(shell, body: str, profiled: bool, options: str = "", repeats: int = 2) -> float:
+def per_step(
+    shell,
+    body: str,
+    lengths: tuple[int, int],
+    profiled: bool,
+    options: str = "",
+    repeats: int = 2,
+) -> float:
     """The calls per step of `body`, the fewest of `repeats` measures: what recurs on every
     step is in each of them, while work that depends on time or on other threads (a garbage
     collection that another thread's allocations started, landing on this one) only adds
     calls. Measured once beside a CPU hog and a full test suite, `train_on_batch` read 13.5
     added calls per step, where it reads 11.1 alone."""
     head = f"%%tfprofile -q {options}\n" if profiled else ""
-    shell.run_cell(head + body.format(n=SHORT))  # warm-up: tracing, first-call costs
+    few, many = lengths
+    shell.run_cell(head + body.format(n=few))  # warm-up: tracing, first-call costs
     slopes = []
     for _ in range(repeats):
-        short = calls(shell, head + body.format(n=SHORT))
-        long = calls(shell, head + body.format(n=LONG))
-        slopes.append((long - short) / (LONG - SHORT))
+        short = calls(shell, head + body.format(n=few))
+        long = calls(shell, head + body.format(n=many))
+        slopes.append((long - short) / (many - few))
     return min(slopes)
 
 
@@ -114,10 +128,11 @@ def shell_with_workloads():
     return shell
 
 
-def measure(shell, body: str) -> dict[str, float]:
-    """Calls per step of one workload: plain, profiled (hot path alone), and added."""
-    plain = per_step(shell, body, profiled=False)
-    profiled = per_step(shell, body, profiled=True, options=HOT_PATH)
+def measure(shell, name: str) -> dict[str, float]:
+    """Calls per step of the workload `name`: plain, profiled (hot path alone), and added."""
+    body, lengths = WORKLOADS[name], LENGTHS.get(name, (SHORT, LONG))
+    plain = per_step(shell, body, lengths, profiled=False)
+    profiled = per_step(shell, body, lengths, profiled=True, options=HOT_PATH)
     return {"plain": plain, "profiled": profiled, "added": profiled - plain}
 
 
@@ -125,8 +140,8 @@ def main() -> None:
     shell = shell_with_workloads()
     rows = {}
     for name, body in WORKLOADS.items():
-        rows[name] = measure(shell, body)
-        sampled = per_step(shell, body, profiled=True)
+        rows[name] = measure(shell, name)
+        sampled = per_step(shell, body, LENGTHS.get(name, (SHORT, LONG)), profiled=True)
         rows[name]["added_with_samples"] = sampled - rows[name]["plain"]
     if "--json" in sys.argv:
         print(json.dumps(rows))

@@ -2,10 +2,11 @@
 Chromium (Debian's package) driven by Playwright, a JupyterLab server of this virtualenv, and
 the steps a person takes in it (open a notebook, run a cell).
 
-The browser and the server are module fixtures (this module is a pytest plugin, registered in
-conftest.py): each browser test module starts its own and stops them after its tests, so that
-no Playwright thread, browser or server outlives the module in the test process. Each test
-opens its own notebook in its own browser context and workspace.
+The browser and the server are session fixtures (this module is a pytest plugin, registered in
+conftest.py), started by the first browser test of a test process and stopped when it ends:
+the browser test modules share them (`make test` runs them on one worker, conftest.py), which
+saved about 20 s of the suite's time against one server and browser per module. Each test
+opens its own notebook in its own browser context and workspace, and shuts down its kernel.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     reason = ensure_chromium()
     if reason:
@@ -74,7 +75,7 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
     """A JupyterLab server on localhost: (base URL, its root folder, its token)."""
     pytest.importorskip("jupyterlab")

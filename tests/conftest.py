@@ -101,7 +101,8 @@ def cpu_hog():
         stop_cpu_hog(hog)
 
 
-# `make test` runs the suite on two pytest-xdist workers (--dist loadgroup). A module runs whole on
+# `make test` runs the suite on pytest-xdist workers (--dist loadgroup; three for make test, two for
+# make test-workshop). A module runs whole on
 # one worker (marked here as its own xdist group), so that its kernel, server or command-line run
 # starts once. The modules in SPREAD are the exception: each of their tests starts what it needs
 # itself (a notebook's kernel, a corpus program's interpreter) and is handed out on its own, so
@@ -113,7 +114,7 @@ LONGEST_FIRST = (
     "test_notebooks.py::test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved",
     "test_notebook_exercises.py::test_each_part_runs_alone_after_the_set_up_cells",
     "test_corpus.py",
-    "test_browser.py",
+    "test_browser",  # the three browser modules: one group, one server and browser
 )
 SPREAD = ("test_notebooks.py", "test_notebook_exercises.py", "test_corpus.py")
 
@@ -129,6 +130,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not hasattr(config, "workerinput"):  # not an xdist worker
         return
     for item in items:
-        if item.path.name not in SPREAD:
+        if item.path.name.startswith("test_browser"):
+            # One group: the browser test modules share one JupyterLab server and browser.
+            item.add_marker(pytest.mark.xdist_group("browser"))
+        elif item.path.name not in SPREAD:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
     items.sort(key=_rank)

@@ -5,9 +5,10 @@ a script, in a function, in ``main()`` under ``if __name__ == "__main__"``, in a
 and in a module of the script's own folder that the script imports. Each script runs through
 the command line's path (`cli.profile_script`, in this process, as test_faithful_cli runs
 `cli.main`). With a healthy pipeline and with an input-bound one (a ``tf.py_function`` that
-sleeps 60 ms per batch, 16 batches an epoch, 3 epochs) the five get the same finding codes and
-data-wait shares within 10 points of each other (see `_wait_shares` for which share), and the
-input-bound runs' data wait in seconds within 10 %. The first four record the loop's own rows;
+sleeps 60 ms per batch, 16 batches an epoch, 3 epochs) the five get the same finding codes; the
+input-bound runs' data-wait shares are within 10 points of each other (see `_wait_shares` for
+which share) and their data wait in seconds within 10 %; the healthy runs' shares are all
+small. The first four record the loop's own rows;
 the imported module's loop is not rewritten, and its wait is timed in the tf.data iterator's
 next().
 """
@@ -157,8 +158,13 @@ def test_the_same_training_written_five_ways_gets_the_same_diagnosis(tmp_path, w
         assert max(seconds) <= 1.10 * min(seconds), summary
     else:
         assert "input-bound" not in codes["top level"], summary
+        # A healthy pipeline's wait is a few per cent of the run however the loop is written:
+        # tens of milliseconds in a run of tenths of a second, which one descheduled `next()`
+        # on a busy machine doubles (one way read 29 ms, 14 %, against 2-8 % for the others,
+        # on three test workers on 2 CPUs). So each is held under a ceiling far below the
+        # input-bound runs' 60 %, not to a spread.
         shares = [share for _, share, _ in waits.values()]
-        assert max(shares) - min(shares) <= 0.10, summary
+        assert max(shares) <= 0.25, summary
     # The loops the tool rewrote (the imported module's is not): one row per iteration.
     for way in ("top level", "function", "main", "method"):
         assert reports[way]["steps"]["phases"]["loop"]["count"] == EPOCHS + EPOCHS * BATCHES

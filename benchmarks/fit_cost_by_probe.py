@@ -1,0 +1,109 @@
+"""Where `model.fit`'s added step time goes: the tool's probes switched off a group at a time.
+
+Run: ``.venv/bin/python benchmarks/fit_cost_by_probe.py`` (``ROUNDS=N``, default 14;
+``STEP_MS``, default 0.9, the plain step it sizes the run for).
+
+`hot_path.py`'s ``model.fit`` workload (its kernel-like shell, its model at batch 1, its step
+timer) runs plainly and inside ``with tfdiag_magic.profile():`` with every probe, with none,
+and with each group of `GROUPS` switched off (their ``install``, ``remove`` and ``finish`` made
+to do nothing for that run, so they hook nothing). Every arm runs once per round, in an order
+drawn at random (seeded), on one CPU; per arm, the median step of each run, and the median
+over rounds of its difference from that round's plain run: the microseconds it adds per step.
+A probe that is switched off records nothing, so the runs' reports are not read.
+
+What it answers: whether the added time lies in one place. If switching a group off takes
+away most of it, that group is where to work; if each group takes away a share and only
+switching all of them off takes away the rest, the cost is spread over the hooks that run per
+step (and per garbage collection), and only fewer hooks will lower it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hot_path
+
+ROUNDS = int(os.environ.get("ROUNDS", "14"))
+STEP_S = float(os.environ.get("STEP_MS", "0.9")) / 1e3
+# The probes `Session.start` installs, in groups by what they hook on a step's path.
+GROUPS = {
+    "memory, warnings, GC callbacks": ("MemoryProbe", "WarningsProbe", "GCProbe"),
+    "tf.function calls, optimizer": ("TFFunctionProbe", "OptimizerProbe"),
+    "Keras callbacks, models": ("KerasProbe", "KerasModelProbe"),
+    "the others": (
+        "LearningProbe",
+        "DeviceConfigProbe",
+        "HostConversionProbe",
+        "DatasetWaitProbe",
+        "WorkerProbe",
+        "NVMLProbe",
+        "CpuWaitProbe",
+    ),
+}
+
+
+_ORIGINALS: dict[tuple[str, str], object] = {}  # each probe's own methods, kept at first use
+
+
+def _switch(names: tuple[str, ...]) -> None:
+    """Switch the probes `names` off, every other probe on (as the package defines them)."""
+    from tfdiag_magic import session
+
+    for group in GROUPS.values():
+        for name in group:
+            cls = getattr(session, name)
+            for method in ("install", "remove", "finish"):
+                original = _ORIGINALS.setdefault((name, method), getattr(cls, method))
+                setattr(cls, method, original)
+    for name in names:
+        cls = getattr(session, name)
+        cls.install = lambda self, rec: None
+        cls.remove = lambda self: None
+        cls.finish = lambda self, record: None
+
+
+def main() -> None:
+    shell = hot_path.kernel_like_shell()
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    hot_path.build(shell, 1)
+    hot_path.length(shell, "model.fit", STEP_S)
+    hot_path.settings(shell).live = False
+    shell.user_ns["_switch"] = _switch
+    fit = hot_path.CELLS["model.fit"]
+    body = "".join("        " + line + "\n" for line in fit.splitlines())
+    every = tuple(name for group in GROUPS.values() for name in group)
+    arms = {"plain": fit}
+    switched = {"all probes": (), "no probe": every}
+    switched.update({f"without {label}": names for label, names in GROUPS.items()})
+    for arm, off in switched.items():
+        arms[arm] = (
+            f"_switch({off!r})\nimport tfdiag_magic\ntry:\n"
+            f"    with tfdiag_magic.profile():\n{body}finally:\n    _switch(())\n"
+        )
+    medians: dict[str, list[float]] = {arm: [] for arm in arms}
+    rng = random.Random(3)
+    for _ in range(ROUNDS):
+        order = list(arms)
+        rng.shuffle(order)
+        for arm in order:
+            outcome = shell.run_cell(arms[arm])
+            if not outcome.success:
+                raise SystemExit(f"{arm}: {outcome.error_in_exec or outcome.error_before_exec}")
+            medians[arm].append(statistics.median(shell.user_ns["step_times"]) * 1e6)
+    plain = medians["plain"]
+    print(f"model.fit, median step per run, {ROUNDS} rounds, one CPU")
+    print(f"{'arm':<44} {'median step':>12} {'µs added':>9}")
+    for arm, values in medians.items():
+        added = statistics.median(v - p for v, p in zip(values, plain, strict=True))
+        print(f"{arm:<44} {statistics.median(values):>10.1f} µs {added:>+8.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -149,7 +149,11 @@ def main() -> None:
     if "--save" in sys.argv:
         with open(sys.argv[sys.argv.index("--save") + 1], "w") as f:
             json.dump(rows, f)
-    print(f"calls per step (cProfile, builtins included; slope between {SHORT} and {LONG} steps)")
+    other = "; ".join(f"{name}: {few} and {many}" for name, (few, many) in LENGTHS.items())
+    print(
+        "calls per step (cProfile, builtins included; slope between"
+        f" {SHORT} and {LONG} steps; {other})"
+    )
     print(f"{'workload':<20} {'plain':>9} {'profiled':>9} {'added':>7} {'+ samples':>10}")
     for name, row in rows.items():
         print(

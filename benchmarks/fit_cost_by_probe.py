@@ -1,16 +1,18 @@
 """Where `model.fit`'s added step time goes: the tool's probes switched off a group at a time.
 
-Run: ``.venv/bin/python benchmarks/fit_cost_by_probe.py [--only]`` (``ROUNDS=N``, default 14;
-``STEP_MS``, default 0.9, the plain step it sizes the run for).
+Run: ``.venv/bin/python benchmarks/fit_cost_by_probe.py [--only | --keras-parts]``
+(``ROUNDS=N``, default 14; ``STEP_MS``, default 0.9, the plain step it sizes the run for).
 
 `hot_path.py`'s ``model.fit`` workload (its kernel-like shell, its model at batch 1, its step
 timer) runs plainly and inside ``with tfdiag_magic.profile():`` with every probe, with none,
-and with each group of `GROUPS` switched off, or with ``--only`` each group alone on (a probe
-switched off has its ``install``, ``remove`` and ``finish`` made to do nothing for that run, so
-it hooks nothing). Every arm runs once per round, in an order drawn at random (seeded), on one
-CPU; per arm, the median step of each run, and the median over rounds of its difference from
-that round's plain run: the microseconds it adds per step. A probe that is switched off records
-nothing, so the runs' reports are not read.
+and with each group of `GROUPS` switched off; with ``--only``, each group alone on; with
+``--keras-parts``, the Keras group alone, and alone with the recorder's row
+(`Recorder.add_step`), the input meter's per-step work (`InputWaitMeter.step_done`) or both
+made to do nothing. A probe switched off has its ``install``, ``remove`` and ``finish`` made
+to do nothing for that run, so it hooks nothing. Every arm runs once per round, in an order
+drawn at random (seeded), on one CPU; per arm, the median step of each run, and the median
+over rounds of its difference from that round's plain run: the microseconds it adds per step.
+Such runs record less than the tool does, so their reports are not read.
 
 What it answers: whether the added time lies in one place. Measured on the quiet 2-CPU
 development machine (0.82-0.84 ms plain steps, 14 rounds): every probe added 31-39 µs, none 3
@@ -73,19 +75,44 @@ def _switch(names: tuple[str, ...]) -> None:
         cls.finish = lambda self, record: None
 
 
+def _skip(row: bool, meter: bool) -> None:
+    """Make the recorder's row (`Recorder.add_step`) and the input meter's per-step work
+    (`InputWaitMeter.step_done`) do nothing, or do their work again."""
+    from tfdiag_magic.probes.input_meter import InputWaitMeter
+    from tfdiag_magic.recorder import Recorder
+
+    for cls, method, skip in (
+        (Recorder, "add_step", row),
+        (InputWaitMeter, "step_done", meter),
+    ):
+        original = _ORIGINALS.setdefault((cls.__name__, method), getattr(cls, method))
+        setattr(cls, method, (lambda self, *args, **kwargs: None) if skip else original)
+
+
 def main() -> None:
     shell = hot_path.kernel_like_shell()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     hot_path.build(shell, 1)
     hot_path.length(shell, "model.fit", STEP_S)
     hot_path.settings(shell).live = False
-    shell.user_ns["_switch"] = _switch
+    shell.user_ns["_switch"], shell.user_ns["_skip"] = _switch, _skip
     fit = hot_path.CELLS["model.fit"]
     body = "".join("        " + line + "\n" for line in fit.splitlines())
     every = tuple(name for group in GROUPS.values() for name in group)
     arms = {"plain": fit}
     switched = {"all probes": (), "no probe": every}
-    if "--only" in sys.argv:  # each group alone
+    skipped = {arm: (False, False) for arm in switched}
+    if "--keras-parts" in sys.argv:  # the Keras group alone, less parts of its step
+        keras_only = tuple(name for name in every if name not in GROUPS["Keras callbacks, models"])
+        for label, parts in {
+            "": (False, False),
+            ", no row": (True, False),
+            ", no input meter": (False, True),
+            ", neither": (True, True),
+        }.items():
+            switched[f"only Keras{label}"] = keras_only
+            skipped[f"only Keras{label}"] = parts
+    elif "--only" in sys.argv:  # each group alone
         switched.update(
             {
                 f"only {label}": tuple(name for name in every if name not in names)
@@ -95,9 +122,11 @@ def main() -> None:
     else:
         switched.update({f"without {label}": names for label, names in GROUPS.items()})
     for arm, off in switched.items():
+        row, meter = skipped.get(arm, (False, False))
         arms[arm] = (
-            f"_switch({off!r})\nimport tfdiag_magic\ntry:\n"
-            f"    with tfdiag_magic.profile():\n{body}finally:\n    _switch(())\n"
+            f"_switch({off!r})\n_skip({row}, {meter})\nimport tfdiag_magic\ntry:\n"
+            f"    with tfdiag_magic.profile():\n{body}"
+            "finally:\n    _switch(())\n    _skip(False, False)\n"
         )
     medians: dict[str, list[float]] = {arm: [] for arm in arms}
     rng = random.Random(3)

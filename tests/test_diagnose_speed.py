@@ -443,8 +443,11 @@ def test_no_slowdown_in_a_sweep_over_batch_sizes(tab):
     )
     assert result.success
     steps = r.steps[r.steps["phase"] == "train"]
-    by_batch = steps.groupby("batch")["duration"].median()
-    assert by_batch[256.0] > 1.5 * by_batch[8.0]  # bigger batches take longer per step
+    # Bigger batches take longer per step: their fastest steps, the work itself (on a busy
+    # machine the median small step waits for a CPU: 14 ms against 21 ms at batch 256, with
+    # three test workers on 2 CPUs).
+    fastest = steps.groupby("batch")["duration"].min()
+    assert fastest[256.0] > 1.5 * fastest[8.0], fastest
     assert_silent(r, "progressive-slowdown")
 
 

@@ -128,9 +128,14 @@ def shell_with_workloads():
     return shell
 
 
+def _lengths(name: str) -> tuple[int, int]:
+    """The two run lengths (steps) the workload `name` is counted at."""
+    return LENGTHS.get(name, (SHORT, LONG))
+
+
 def measure(shell, name: str) -> dict[str, float]:
     """Calls per step of the workload `name`: plain, profiled (hot path alone), and added."""
-    body, lengths = WORKLOADS[name], LENGTHS.get(name, (SHORT, LONG))
+    body, lengths = WORKLOADS[name], _lengths(name)
     plain = per_step(shell, body, lengths, profiled=False)
     profiled = per_step(shell, body, lengths, profiled=True, options=HOT_PATH)
     return {"plain": plain, "profiled": profiled, "added": profiled - plain}
@@ -141,7 +146,7 @@ def main() -> None:
     rows = {}
     for name, body in WORKLOADS.items():
         rows[name] = measure(shell, name)
-        sampled = per_step(shell, body, LENGTHS.get(name, (SHORT, LONG)), profiled=True)
+        sampled = per_step(shell, body, _lengths(name), profiled=True)
         rows[name]["added_with_samples"] = sampled - rows[name]["plain"]
     if "--json" in sys.argv:
         print(json.dumps(rows))

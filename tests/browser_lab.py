@@ -2,11 +2,10 @@
 Chromium (Debian's package) driven by Playwright, a JupyterLab server of this virtualenv, and
 the steps a person takes in it (open a notebook, run a cell).
 
-The browser and the server are session fixtures (this module is a pytest plugin, registered in
-conftest.py), started by the first browser test of a test process and stopped when it ends:
-the browser test modules share them (`make test` runs them on one worker, conftest.py), which
-saved about 20 s of the suite's time against one server and browser per module. Each test
-opens its own notebook in its own browser context and workspace, and shuts down its kernel.
+The browser and the server are session fixtures (a pytest plugin, registered in conftest.py):
+they start once per test process, and the browser tests share one xdist group, so that
+under ``make test`` they run on one worker, one after the other, on one server and one
+browser. Each test opens its own notebook in its own browser context.
 """
 
 from __future__ import annotations
@@ -213,8 +212,8 @@ def open_notebook(
 
 
 def close_notebook(context: Any, lab: tuple[str, Path, str]) -> None:
-    """Close the browser context and shut down the server's kernels (the server serves the
-    module's other tests: its kernels would hold their memory until the module ends)."""
+    """Close the browser context and shut down the server's kernels (the server outlives the
+    test: its kernels would hold their memory until the end of the session)."""
     context.close()
     url, _, token = lab
     headers = {"Authorization": f"token {token}"}

@@ -22,7 +22,7 @@ tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
 )
 
-# The browser tests' Chromium and JupyterLab server (module fixtures) and their steps in the page.
+# The browser tests' Chromium and JupyterLab server: session fixtures, started once per process.
 pytest_plugins = ("tests.browser_lab",)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,22 +101,28 @@ def cpu_hog():
         stop_cpu_hog(hog)
 
 
-# `make test` runs the suite on pytest-xdist workers (--dist loadgroup; three for make test, two for
-# make test-workshop). A module runs whole on
-# one worker (marked here as its own xdist group), so that its kernel, server or command-line run
-# starts once. The modules in SPREAD are the exception: each of their tests starts what it needs
-# itself (a notebook's kernel, a corpus program's interpreter) and is handed out on its own, so
-# that both workers share them. Work is handed out in collection order as workers come free, so the
-# longest go first: none of them starts last while the other worker sits idle. The rest keep their
-# order. A run without xdist keeps the plain order.
+# `make test` runs the suite on pytest-xdist workers (--dist loadgroup; three by default, two for
+# make test-workshop and in CI). A module runs whole on one worker (marked here as its own xdist
+# group), so that its kernel, server or command-line run starts once; the browser tests' modules
+# make one group (GROUPS), so that one JupyterLab server and one browser serve them all. The
+# modules in SPREAD are the exception: each of their tests starts what it needs itself (a
+# notebook's kernel, a corpus program's interpreter) and is handed out on its own, so that all
+# workers share them. Work is handed out in collection order as workers come free, so the
+# longest go first: none of them starts last while another worker sits idle. The rest keep
+# their order. A run without xdist keeps the plain order.
 LONGEST_FIRST = (
     "test_binder.py",
     "test_notebooks.py::test_notebook_tells_its_story_then_runs_again_with_its_exercises_solved",
     "test_notebook_exercises.py::test_each_part_runs_alone_after_the_set_up_cells",
     "test_corpus.py",
-    "test_browser",  # the three browser modules: one group, one server and browser
+    "test_browser",
 )
 SPREAD = ("test_notebooks.py", "test_notebook_exercises.py", "test_corpus.py")
+GROUPS = {
+    "test_browser.py": "browser",
+    "test_browser_ops.py": "browser",
+    "test_browser_workers.py": "browser",
+}
 
 
 def _rank(item: pytest.Item) -> int:
@@ -130,9 +136,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not hasattr(config, "workerinput"):  # not an xdist worker
         return
     for item in items:
-        if item.path.name.startswith("test_browser"):
-            # One group: the browser test modules share one JupyterLab server and browser.
-            item.add_marker(pytest.mark.xdist_group("browser"))
-        elif item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+        if item.path.name not in SPREAD:
+            group = GROUPS.get(item.path.name, item.path.name)
+            item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=_rank)

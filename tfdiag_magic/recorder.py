@@ -214,8 +214,10 @@ class Recorder:
         self.loops_with_steps: set[int] = set()
         # Losses that are device values are read in batches, long after their step ended, so
         # reading them never makes the host wait for the device inside a step.
-        # (row, device value) in slots written by index (no call per step); `_loss_n` are used.
-        self._loss_slots: list[tuple[int, Any] | None] = [None] * LOSS_BATCH
+        # Device values and their rows in slots written by index (no call per step); the first
+        # `_loss_n` slots are used.
+        self._loss_values: list[Any] = [None] * LOSS_BATCH
+        self._loss_rows = array("q", bytes(8 * LOSS_BATCH))
         self._loss_n = 0
         # Reads many values at once; None for a value that is no number (see `_read_each`).
         self.read_losses: Callable[[list[Any]], list[float | None]] = _read_each
@@ -279,7 +281,6 @@ class Recorder:
         eager: bool,
         loss: Any = None,
         fused: int = 1,
-        loop_id: int | None = None,
         host_bytes: float = 0.0,
         batch: float = NAN,
         callback_time: float = 0.0,
@@ -290,91 +291,160 @@ class Recorder:
         A step of phase ``train`` is a training step, and this is the one way to mark one: the
         work of an eager optimizer step after it cannot begin earlier than its `end` (see
         `anchor`), and the cell's loops start counting items towards the next one (see
-        `next_item`). This runs once per step: it reads no clock and touches nothing but
-        the columns and those few fields.
+        `next_item`). This runs once per step: it reads no clock, and the common step (one
+        row, outside the cell's loops, no NumPy conversion pending) touches nothing but the
+        row buffer and a few fields; everything else is in the methods it calls otherwise.
         """
+        if fused != 1:
+            self._add_fused(
+                phase, kind, start, end, data_wait, epoch, eager, loss, fused, host_bytes,
+                batch, callback_time,
+            )  # fmt: skip
+            return
         if self.pending_host_bytes and kind != _LOOP_KIND:
             host_bytes += self.pending_host_bytes
             self.pending_host_bytes = 0.0
-        if loop_id is None:
-            open_loops = self.open_loops
-            if open_loops:
-                inner = open_loops[-1]
-                loop_id = inner.loop_id
-                if epoch < 0 and open_loops[0] is not inner:
-                    epoch = open_loops[0].index
-                if not inner.has_steps:  # the loops around this step have steps
-                    for state in open_loops:
-                        state.has_steps = True
-                        self.loops_with_steps.add(state.loop_id)
-            else:
-                loop_id = -1
+        open_loops = self.open_loops
+        if not open_loops:
+            loop_id = -1
+        elif open_loops[-1].has_steps:  # a step inside loops that had one: no call
+            inner = open_loops[-1]
+            loop_id = inner.loop_id
+            if epoch < 0 and open_loops[0] is not inner:
+                epoch = open_loops[0].index
+        else:
+            loop_id, epoch = self._loop_of_step(epoch)
+        index = self.count
         # "No loss" is its own flag, never a NaN: a NaN loss is a finding, a missing one is not.
         # Types are compared, not tested with isinstance: no call on the hot path (a float or
         # int subclass, NumPy's float64, is read later with the device values, as a number).
-        device = False
         if loss is None:
             number, missing = NAN, 1.0
         elif type(loss) is float or type(loss) is int:
             number, missing = loss, 0.0
         else:  # a device value, read later; `settle_losses` flags it if it cannot be read
-            number, missing, device = NAN, 0.0, True
-        t0 = self.t0
-        if fused == 1:
-            self._rows.extend(
-                (
-                    start - t0,
-                    end - start,
-                    data_wait,
-                    phase,
-                    kind,
-                    epoch,
-                    number,
-                    eager,
-                    1,
-                    loop_id,
-                    callback_time,
-                    host_bytes,
-                    batch,
-                    missing,
-                )
+            number, missing = NAN, 0.0
+            waiting = self._loss_n
+            self._loss_values[waiting] = loss
+            self._loss_rows[waiting] = index
+            self._loss_n = waiting + 1
+        self._rows.extend(
+            (
+                start - self.t0,
+                end - start,
+                data_wait,
+                phase,
+                kind,
+                epoch,
+                number,
+                eager,
+                1,
+                loop_id,
+                callback_time,
+                host_bytes,
+                batch,
+                missing,
             )
-        else:
-            share = (end - start) / fused
-            if self.count < self.full_rows + self.tail_rows:  # only full-resolution rows use it
-                self.fused_groups.append((start - t0, fused))
-            rows = self._rows
-            for i in range(fused):
-                rows.extend(
-                    (
-                        start - t0 + i * share,
-                        share,
-                        data_wait if i == 0 else NAN,
-                        phase,
-                        kind,
-                        epoch,
-                        number if i == fused - 1 else NAN,
-                        eager,
-                        fused,
-                        loop_id,
-                        callback_time if i == fused - 1 else 0.0,
-                        host_bytes if i == 0 else 0.0,
-                        batch,
-                        missing if i == fused - 1 else 1.0,  # the call's loss is on its last row
-                    )
-                )
-        index = self.count + fused - 1
+        )
         self.count = index + 1
+        # `_after_rows`, written out: no call on the hot path.
         if phase == _TRAIN:  # a training step ended
             self.anchor = end
             self.graph_calls = 0
             self._step_since_item = True
-        if device:  # read it later, in a batch
+        if self._loss_n == LOSS_BATCH:  # every slot holds a loss: read all but this step's
+            self.settle_losses(keep_newest=True)
+        if index >= self._thin_at:  # the buffer is full: thin it (one compare per step)
+            self._thin()
+        if end >= self._next_memory:
+            self.sample_memory(end)
+            if self.on_sample is not None:
+                self.on_sample(self)
+
+    def _add_fused(
+        self,
+        phase: int,
+        kind: int,
+        start: float,
+        end: float,
+        data_wait: float,
+        epoch: int,
+        eager: bool,
+        loss: Any,
+        fused: int,
+        host_bytes: float,
+        batch: float,
+        callback_time: float,
+    ) -> None:
+        """`add_step` for a host call that ran `fused` steps: as many rows, each an equal share
+        of the call, the call's loss and callback time on the last, its input on the first."""
+        if self.pending_host_bytes and kind != _LOOP_KIND:
+            host_bytes += self.pending_host_bytes
+            self.pending_host_bytes = 0.0
+        loop_id = -1
+        if self.open_loops:
+            loop_id, epoch = self._loop_of_step(epoch)
+        index = self.count + fused - 1
+        if loss is None:
+            number, missing = NAN, 1.0
+        elif type(loss) is float or type(loss) is int:
+            number, missing = loss, 0.0
+        else:
+            number, missing = NAN, 0.0
             waiting = self._loss_n
-            self._loss_slots[waiting] = (index, loss)
-            self._loss_n = waiting = waiting + 1
-            if waiting == LOSS_BATCH:  # every slot holds a loss: read all but this step's
-                self.settle_losses(keep_newest=True)
+            self._loss_values[waiting] = loss
+            self._loss_rows[waiting] = index
+            self._loss_n = waiting + 1
+        t0 = self.t0
+        share = (end - start) / fused
+        if self.count < self.full_rows + self.tail_rows:  # only full-resolution rows use it
+            self.fused_groups.append((start - t0, fused))
+        rows = self._rows
+        for i in range(fused):
+            rows.extend(
+                (
+                    start - t0 + i * share,
+                    share,
+                    data_wait if i == 0 else NAN,
+                    phase,
+                    kind,
+                    epoch,
+                    number if i == fused - 1 else NAN,
+                    eager,
+                    fused,
+                    loop_id,
+                    callback_time if i == fused - 1 else 0.0,
+                    host_bytes if i == 0 else 0.0,
+                    batch,
+                    missing if i == fused - 1 else 1.0,  # the call's loss is on its last row
+                )
+            )
+        self.count = index + 1
+        self._after_rows(phase, end, index)
+
+    def _loop_of_step(self, epoch: int) -> tuple[int, int]:
+        """The innermost open loop of the cell around a step, and the step's epoch (the
+        outermost loop's iteration, when the step has none of its own and loops are nested);
+        the loops around the step are marked as having steps."""
+        open_loops = self.open_loops
+        inner = open_loops[-1]
+        if epoch < 0 and open_loops[0] is not inner:
+            epoch = open_loops[0].index
+        if not inner.has_steps:  # the loops around this step have steps
+            for state in open_loops:
+                state.has_steps = True
+                self.loops_with_steps.add(state.loop_id)
+        return inner.loop_id, epoch
+
+    def _after_rows(self, phase: int, end: float, index: int) -> None:
+        """What a step's rows set off: a training step moves the anchor of eager work; a full
+        loss batch is read, a full buffer thinned, and memory sampled when it is time."""
+        if phase == _TRAIN:  # a training step ended
+            self.anchor = end
+            self.graph_calls = 0
+            self._step_since_item = True
+        if self._loss_n == LOSS_BATCH:  # every slot holds a loss: read all but this step's
+            self.settle_losses(keep_newest=True)
         if index >= self._thin_at:  # the buffer is full: thin it (one compare per step)
             self._thin()
         if end >= self._next_memory:
@@ -475,27 +545,28 @@ class Recorder:
         n = self._loss_n
         if not n or (keep_newest and n == 1):
             return
-        slots = self._loss_slots
         read = n - 1 if keep_newest else n
-        waiting = slots[:read]
-        newest = slots[n - 1]
-        slots[:n] = [None] * n  # the values read go now: the slots hold no tensor
+        values = self._loss_values[:read]
+        rows = np.array(self._loss_rows[:read], dtype=np.int64)
+        newest = self._loss_values[n - 1], self._loss_rows[n - 1]
+        self._loss_values[:n] = [None] * n  # the values read go now: the slots hold no tensor
         if keep_newest:
-            slots[0] = newest
+            self._loss_values[0], self._loss_rows[0] = newest
         self._loss_n = n - read
-        rows = [pair[0] for pair in waiting if pair is not None]
-        values = [pair[1] for pair in waiting if pair is not None]
         try:
-            numbers = self.read_losses(values)
+            numbers: list[float | None] = list(self.read_losses(values))
         except Exception:
             numbers = _read_each(values)
-        buffer = self._rows
-        offset = self._raw_offset  # rows waiting are never thinned: `_thin` reads them first
-        for row, number in zip(rows, numbers, strict=False):
-            if number is None:
-                buffer[(row - offset) * WIDTH + _NO_LOSS] = 1.0
-            else:
-                buffer[(row - offset) * WIDTH + _LOSS] = number
+        # Rows waiting are never thinned (`_thin` reads them first): each is where it came.
+        at = (rows - self._raw_offset) * WIDTH
+        table = np.frombuffer(self._rows, dtype=np.float64)
+        if None in numbers:  # values that could not be read as numbers: no loss
+            unread = np.array([number is None for number in numbers])
+            table[at[unread] + _NO_LOSS] = 1.0
+            at = at[~unread]
+            numbers = [number for number in numbers if number is not None]
+        table[at + _LOSS] = numbers
+        del table  # the buffer can grow again
 
     # -- bounded memory ------------------------------------------------------------------------
 
@@ -664,10 +735,8 @@ class Recorder:
         """
         state.fetching = False
         if state.open:
-            state.open = False
             open_loops = self.open_loops
-            outer = open_loops[0] if open_loops else None
-            epoch = outer.index if outer is not None and outer is not state else -1
+            outer = open_loops[0] if open_loops else state
             wait = state.wait
             body_start = state.start + wait
             totals = state.totals
@@ -689,7 +758,7 @@ class Recorder:
                         wait,
                         _LOOP_PHASE,
                         _LOOP_KIND,
-                        epoch,
+                        -1 if outer is state else outer.index,
                         NAN,
                         0.0,
                         1,
@@ -708,10 +777,14 @@ class Recorder:
                     self.sample_memory(before)
                     if self.on_sample is not None:
                         self.on_sample(self)
-        if after is None:
+            if after is None:
+                state.open = False
+                return
+        elif after is None:
             return
+        else:
+            state.open = True
         state.index += 1
-        state.open = True
         state.start = before
         wait = state.wait = after - before
         if self._step_since_item:
@@ -933,7 +1006,7 @@ class Recorder:
         self.functions.clear()
         self.retired_functions.clear()
         self.fit_callbacks = None
-        self._loss_slots = [None] * LOSS_BATCH
+        self._loss_values = [None] * LOSS_BATCH
         self._loss_n = 0
         self.on_first_training = self.on_first_update = None
 

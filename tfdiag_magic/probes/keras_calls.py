@@ -489,7 +489,7 @@ class KerasProbe:
             else:
                 loss = _logs_loss(result)
             # A train batch is a training step: `add_step` marks it.
-            add_step(phase, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
+            add_step(phase, kind, start, end, wait, -1, eager, loss, 1, host, batch)
             return result
 
         return wraps_exactly(on_batch, original)
@@ -578,7 +578,6 @@ class KerasProbe:
                     rec.driver_eager,
                     loss,
                     fused,
-                    None,
                     0.0,
                     rec.keras_batch,
                     begin_callbacks + clock() - end,

@@ -419,10 +419,10 @@ class TFFunctionProbe:
                 # A call that made several optimizer updates (a whole epoch in one function)
                 # is as many steps, each an equal share of the call.
                 fused = entry.updates_in_call() if entry.watching else 1
-                add_step(train, kind, start, end, wait, -1, eager, loss, fused, None, host, batch)
+                add_step(train, kind, start, end, wait, -1, eager, loss, fused, host, batch)
             else:
                 fused = 1
-                add_step(other, kind, start, end, wait, -1, eager, loss, 1, None, host, batch)
+                add_step(other, kind, start, end, wait, -1, eager, loss, 1, host, batch)
                 if not eager:
                     rec.graph_calls += 1
             if meter is not None:

@@ -74,6 +74,8 @@ _TRAIN = int(Phase.TRAIN)
 _LOOP_KIND = int(Kind.LOOP)
 _LOOP_PHASE = int(Phase.LOOP)
 _SUM = {name: i for i, name in enumerate(DROPPED_SUMS)}
+_EPOCH = ROW_FIELDS.index("epoch")
+_LOOP_ID = ROW_FIELDS.index("loop")
 # The step table keeps its first FULL_ROWS rows as they came (29 MB of float64 rows); past them
 # the buffer holds at most TAIL_ROWS more before it is thinned, so a run of any length holds
 # (FULL_ROWS + TAIL_ROWS) * WIDTH * 8 bytes (37 MB) of rows at the most.
@@ -94,7 +96,17 @@ LOOP_ROW_LIMIT = 10_000
 LINE_TEXT = 200  # characters of a line's text kept in `Record.lines`
 MAX_LINE_TEXTS = 1000  # lines whose text is kept (a cell or script has far fewer that run)
 LOSS_BATCH = 4096  # at most this many losses wait; all are read at every memory sample
+# A loop's iterations wait for their rows in pairs of clock reads (`OpenLoop.times`): at most
+# LOOP_PAIRS of them, and at most LOOP_FLUSH_S seconds after the first (the live view's lag).
+LOOP_PAIRS = 64
+LOOP_FLUSH_S = 0.25
 NAN = math.nan
+_LOOP_FLOATS = 2 * LOOP_PAIRS
+# A loop row as `add_step` would write it for (Phase.LOOP, Kind.LOOP, one step); `start`,
+# `duration`, `data_wait`, `epoch` and `loop` are each iteration's own.
+_LOOP_ROW = np.array(
+    [0.0, 0.0, 0.0, _LOOP_PHASE, _LOOP_KIND, -1, NAN, 0.0, 1, -1, 0.0, 0.0, NAN, 1.0]
+)
 
 
 class _Here(threading.local):
@@ -104,18 +116,24 @@ class _Here(threading.local):
 
 
 class OpenLoop:
-    """An iteration-tracking state for one loop of the cell while it runs."""
+    """An iteration-tracking state for one loop of the cell while it runs.
+
+    An iteration is noted as two clock reads in `times` (when the loop asked for its item, when
+    it got it); the rows of the iterations that ended are written from there in a batch
+    (`Recorder.write_iterations`), when `times` is full, every `LOOP_FLUSH_S` at the most, and
+    before anything reads the rows in the middle of a run.
+    """
 
     __slots__ = (
+        "due",
         "fetching",
         "has_steps",
         "index",
         "loop_id",
-        "open",
+        "n",
         "outer_wait",
-        "start",
+        "times",
         "totals",
-        "wait",
     )
 
     def __init__(self, loop_id: int, totals: list[Any], outer_wait: float = NAN) -> None:
@@ -125,9 +143,11 @@ class OpenLoop:
         # loop ends without one (a helper's loop between a batch and its step).
         self.outer_wait = outer_wait
         self.index = -1
-        self.start = 0.0
-        self.wait = 0.0
-        self.open = False
+        # (asked, got) of the iterations whose rows are not written yet, in slots written by
+        # index; `n` floats are used, and the last pair is the open iteration's (none: n == 0).
+        self.times = array("d", bytes(16 * LOOP_PAIRS))
+        self.n = 0
+        self.due = -math.inf  # when the rows are written at the latest (see `next_item`)
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
         self.fetching = False  # its iterator is being asked for the next item, timed as its wait
 
@@ -431,6 +451,9 @@ class Recorder:
         if epoch < 0 and open_loops[0] is not inner:
             epoch = open_loops[0].index
         if not inner.has_steps:  # the loops around this step have steps
+            for state in open_loops:  # their iterations so far are judged as without steps
+                if not state.has_steps:
+                    self.write_iterations(state)
             for state in open_loops:
                 state.has_steps = True
                 self.loops_with_steps.add(state.loop_id)
@@ -455,15 +478,18 @@ class Recorder:
     def step_mark(self) -> StepMark:
         """A mark of where the run stands, for `steps_since` and `seconds_since` (exact across
         thinnings, unlike a row index)."""
+        self.write_open_loops()
         self._advance_seconds()
         return StepMark(self.count, self._seconds_before)
 
     def steps_since(self, mark: StepMark) -> int:
         """Rows recorded since `mark` was taken."""
+        self.write_open_loops()
         return self.count - mark.steps
 
     def seconds_since(self, mark: StepMark) -> float:
         """Seconds inside the rows recorded since `mark` was taken."""
+        self.write_open_loops()
         self._advance_seconds()
         return self._seconds_before - mark.seconds
 
@@ -727,71 +753,100 @@ class Recorder:
         iteration open in `state` (if any) ends at `before` and the next one begins. With
         `after` None, no item came (the loop ended or raised): the open iteration ends.
 
-        The loop's hot path: one call per iteration, which writes the ended iteration's row
-        itself (a loop row has no loss, host bytes or fused steps). Until a step takes them,
-        waits add up, and the next eager step's work is taken to begin after the first of
-        these items: with gradient accumulation, one optimizer update follows several
+        The loop's hot path: one call per iteration, which notes the two times in the loop's
+        slots; the rows are written from them in a batch (`write_iterations`). Until a step
+        takes them, waits add up, and the next eager step's work is taken to begin after the
+        first of these items: with gradient accumulation, one optimizer update follows several
         micro-batches, and its step holds all of them.
         """
         state.fetching = False
-        if state.open:
-            open_loops = self.open_loops
-            outer = open_loops[0] if open_loops else state
-            wait = state.wait
-            body_start = state.start + wait
-            totals = state.totals
-            totals[0] += 1
-            totals[1] += before - body_start
-            totals[2] += wait
-            if (
-                totals[0] > LOOP_ROW_LIMIT
-                and not state.has_steps
-                and state.loop_id not in self.loops_with_steps
-            ):
-                totals[3] += 1  # counted, not recorded row by row
-            else:
-                # The row as `add_step` writes it for (Phase.LOOP, Kind.LOOP, one step).
-                self._rows.extend(
-                    (
-                        body_start - self.t0,
-                        before - body_start,
-                        wait,
-                        _LOOP_PHASE,
-                        _LOOP_KIND,
-                        -1 if outer is state else outer.index,
-                        NAN,
-                        0.0,
-                        1,
-                        state.loop_id,
-                        0.0,
-                        0.0,
-                        NAN,
-                        1.0,
-                    )
-                )
-                index = self.count
-                self.count = index + 1
-                if index >= self._thin_at:
-                    self._thin()
-                if before >= self._next_memory:
-                    self.sample_memory(before)
-                    if self.on_sample is not None:
-                        self.on_sample(self)
-            if after is None:
-                state.open = False
-                return
-        elif after is None:
+        n = state.n
+        if after is None:
+            if n:
+                self.write_iterations(state, before)
             return
-        else:
-            state.open = True
+        open_loops = self.open_loops
+        if (
+            n == _LOOP_FLOATS
+            or before >= state.due
+            or (open_loops[-1] if open_loops else None) is not state
+        ):
+            self._iterations_due(state, before)
+            n = 0
+        times = state.times
+        times[n] = before
+        times[n + 1] = after
+        state.n = n + 2
         state.index += 1
-        state.start = before
-        wait = state.wait = after - before
         if self._step_since_item:
             self.anchor = after
             self._step_since_item = False
+        wait = after - before
         pending = self.pending_wait
         self.pending_wait = wait if pending != pending else pending + wait
+
+    def _iterations_due(self, state: OpenLoop, now: float) -> None:
+        """`next_item` off its hot path: the rows of `state`'s iterations (and those of loops
+        open inside it, a generator's, whose epoch is about to change) are written, memory is
+        sampled when it is time, and the next time this must happen is set."""
+        for inner in reversed(self.open_loops):
+            if inner is state:
+                break
+            self.write_iterations(inner)
+        self.write_iterations(state, now)
+        if now >= self._next_memory:
+            self.sample_memory(now)
+            if self.on_sample is not None:
+                self.on_sample(self)
+        state.due = min(now + LOOP_FLUSH_S, self._next_memory)
+
+    def write_iterations(self, state: OpenLoop, end: float | None = None) -> None:
+        """Write the rows of `state`'s iterations that ended: all of them, the open one ending
+        at `end`, or (`end` None) all but the open one. Past `LOOP_ROW_LIMIT` iterations, a
+        loop without steps is counted, not recorded row by row."""
+        n = state.n if end is not None else state.n - 2
+        if n <= 0:
+            return
+        times = np.array(state.times[: state.n])  # a copy: the slots are written again below
+        asked, got = times[0:n:2], times[1:n:2]
+        ends = np.empty_like(got)
+        ends[:-1] = asked[1:]
+        ends[-1] = end if end is not None else times[n]
+        iterations = got.shape[0]
+        totals = state.totals
+        before = totals[0]
+        totals[0] += iterations
+        totals[1] += float((ends - got).sum())
+        totals[2] += float((got - asked).sum())
+        rows = iterations
+        if not state.has_steps and state.loop_id not in self.loops_with_steps:
+            rows = max(0, min(iterations, LOOP_ROW_LIMIT - before))
+            totals[3] += iterations - rows
+        if rows:
+            open_loops = self.open_loops
+            outer = open_loops[0] if open_loops else state
+            block = np.empty((rows, WIDTH))
+            block[:] = _LOOP_ROW
+            block[:, _START] = got[:rows] - self.t0
+            block[:, _DURATION] = ends[:rows] - got[:rows]
+            block[:, _WAIT] = got[:rows] - asked[:rows]
+            block[:, _EPOCH] = -1 if outer is state else outer.index
+            block[:, _LOOP_ID] = state.loop_id
+            self._rows.frombytes(block.tobytes())
+            self.count += rows
+        # The open iteration's pair moves to the first slots.
+        kept = state.n - n
+        state.times[0:kept] = state.times[n : state.n]
+        state.n = kept
+        if rows and self.count - 1 >= self._thin_at:  # the buffer is full: thin it
+            self._thin()
+
+    def write_open_loops(self) -> None:
+        """Write the rows of every open loop's ended iterations (a reader is about to count
+        or sum the rows recorded so far)."""
+        for state in self.open_loops:
+            if state.n > 2:
+                self.write_iterations(state)
 
     def end_loop(self, loop_id: int) -> None:
         """The loop's waits that no step took are dropped; a wait from before it began that
@@ -800,7 +855,7 @@ class Recorder:
         wait = NAN
         for state in reversed(self.open_loops):
             if state.loop_id == loop_id:
-                if state.open:
+                if state.n:
                     self.next_item(state, now, None)
                 self.open_loops.remove(state)
                 if not state.has_steps:
@@ -812,7 +867,7 @@ class Recorder:
         now = perf_counter()
         while self.open_loops:
             state = self.open_loops[-1]
-            if state.open:
+            if state.n:
                 self.next_item(state, now, None)
             self.open_loops.pop()
 

@@ -43,12 +43,12 @@ class FunctionEntry:
         "calls",
         "counted_calls",
         "counters",
-        "inspected",
         "keras_internal",
         "last_count",
         "loss_at",
         "meter",
         "name",
+        "ready",
         "ref",
         "traces_before",
         "updated",
@@ -64,7 +64,7 @@ class FunctionEntry:
         )
         self.keras_internal = is_keras_internal(python_function)
         self.calls = 0
-        self.batch = float("nan")  # batch size seen on the first call with one
+        self.batch = float("nan")  # batch size of its first top-level call
         self.traces_before = self.last_count = _tracing_count(function)
         self.updates = False
         # The optimizers whose update was traced inside this function, each with its
@@ -74,8 +74,8 @@ class FunctionEntry:
         self.watching = False
         self.updated = 0  # updates counted over the calls that made several
         self.counted_calls = 0  # those calls
-        self.inspected = False
-        self.loss_at: Any = _UNKNOWN  # where the returned loss sits, learned on the first call
+        self.ready = False  # its first top-level call was seen (see `first_call`)
+        self.loss_at: Any = None  # where the returned loss sits, learned on the first call
         # An `ArgumentMeter` where the function is given an iterator, learned on the first call
         self.meter: Any = _UNKNOWN
 
@@ -213,6 +213,19 @@ def _is_scalar_float(value: Any) -> bool:
     dtype = getattr(value, "dtype", None)
     shape = getattr(value, "shape", None)
     return bool(getattr(dtype, "is_floating", False)) and shape is not None and len(shape) == 0
+
+
+def first_call(
+    entry: FunctionEntry, function: Any, args: Any, kwargs: Any, result: Any, eager: bool
+) -> None:
+    """What the first top-level call of a function tells that every later call reads from its
+    entry (`entry.ready` then): the batch size, whether its graph updates trainable
+    variables, where its result holds the loss."""
+    entry.ready = True
+    entry.batch = leading_dimension(args, kwargs)
+    if not entry.updates and not eager:
+        entry.updates = graph_updates_trainable_variables(function)
+    entry.loss_at = loss_location(result)
 
 
 def loss_location(result: Any) -> str | int | None:
@@ -373,9 +386,6 @@ class TFFunctionProbe:
                     if type(value) in _HOST_TYPES:
                         host = host_bytes(args, kwargs)
                         break
-            batch = entry.batch
-            if batch != batch:
-                batch = entry.batch = leading_dimension(args, kwargs)
             meter = entry.meter
             if meter is not None:  # read once: does the function take an iterator?
                 if meter is unknown:
@@ -402,27 +412,24 @@ class TFFunctionProbe:
             end = clock()
             # What `Function._run_functions_eagerly` returns, read without the property's call.
             eager = eager_function_run.RUN_FUNCTIONS_EAGERLY
-            if not entry.inspected:
-                entry.inspected = True
-                if not entry.updates and not eager:
-                    entry.updates = graph_updates_trainable_variables(function)
+            if not entry.ready:  # the first call: what every later call reads from the entry
+                first_call(entry, function, args, kwargs, result, eager)
             location = entry.loss_at
-            if location is unknown:
-                location = entry.loss_at = loss_location(result)
             if location is None:
                 loss = None
             elif location == "self":
                 loss = result
             else:
                 loss = loss_at(result, location)
+            fused = 1
             if entry.updates:  # a training step (`add_step` marks it as one)
-                # A call that made several optimizer updates (a whole epoch in one function)
-                # is as many steps, each an equal share of the call.
-                fused = entry.updates_in_call() if entry.watching else 1
-                add_step(train, kind, start, end, wait, -1, eager, loss, fused, host, batch)
+                if entry.watching:
+                    # A call that made several optimizer updates (a whole epoch in one
+                    # function) is as many steps, each an equal share of the call.
+                    fused = entry.updates_in_call()
+                add_step(train, kind, start, end, wait, -1, eager, loss, fused, host, entry.batch)
             else:
-                fused = 1
-                add_step(other, kind, start, end, wait, -1, eager, loss, 1, host, batch)
+                add_step(other, kind, start, end, wait, -1, eager, loss, 1, host, entry.batch)
                 if not eager:
                     rec.graph_calls += 1
             if meter is not None:

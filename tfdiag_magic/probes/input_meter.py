@@ -9,7 +9,10 @@ guides write it; `probes/tf_functions.py`).
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
+
+import numpy as np
 
 # A gap the tf.data model drops (>= 10 s, tensorflow/core/framework/model.cc) would shift the
 # window: a training cycle this long ends a measured segment instead.
@@ -45,9 +48,10 @@ class InputWaitMeter:
         self._owned: Any = None
         self._retired: Any = None
         self._anchor: float | None = None
-        # (end, steps) of the cycles since the last read, in slots written by index (a step
-        # appends nothing): `_n` of them are used, at most _READ_EVERY.
-        self._rows: list[tuple[float, int]] = [(0.0, 0)] * _READ_EVERY
+        # The end and the steps of each cycle since the last read, in slots written by index
+        # (a step appends nothing): `_n` of them are used, at most _READ_EVERY.
+        self._ends = array("d", bytes(8 * _READ_EVERY))
+        self._fused = array("q", bytes(8 * _READ_EVERY))
         self._n = 0
         self._pending = 0
         self._consumed = 0
@@ -90,20 +94,37 @@ class InputWaitMeter:
         self._n = 0
 
     def step_done(self, end: float, fused: int, last_of_epoch: bool) -> None:
+        """A training step of `fused` steps ended at `end` (the hot path: a cycle inside an
+        epoch is noted in two slots; the model is read every `_READ_EVERY` steps)."""
         self._retired = None  # the previous iterator goes now, outside any timed span
         self.steps += fused
         if self._owned is None:
             return
         self._consumed += fused
+        n = self._n
+        if n and not last_of_epoch and end - self._ends[n - 1] < _LONGEST_CYCLE_S:
+            self._ends[n] = end
+            self._fused[n] = fused
+            self._n = n = n + 1
+            self._pending = pending = self._pending + fused
+            if pending >= _READ_EVERY or n == _READ_EVERY:
+                self._read()
+            return
+        self._cycle_edge(end, fused, last_of_epoch)
+
+    def _cycle_edge(self, end: float, fused: int, last_of_epoch: bool) -> None:
+        """`step_done` off its hot path: an iterator's first steps, the first cycle after a
+        read, a cycle too long to measure, the last step of an epoch."""
         if self._anchor is None or self._consumed <= 2 * fused:
             self._anchor = end  # the first two steps of the iterator (see the docstring)
             return
         n = self._n
-        previous = self._rows[n - 1][0] if n else self._anchor
+        previous = self._ends[n - 1] if n else self._anchor
         if end - previous >= _LONGEST_CYCLE_S:
             self._anchor, self._n, self._pending = end, 0, 0
             return
-        self._rows[n] = (end, fused)
+        self._ends[n] = end
+        self._fused[n] = fused
         self._n = n + 1
         self._pending += fused
         if self._pending >= _READ_EVERY or last_of_epoch or self._n == _READ_EVERY:
@@ -130,21 +151,23 @@ class InputWaitMeter:
             self._owned = None
             return
         self.reads += 1
-        rows, anchor = self._rows[: self._n], self._anchor
+        n, anchor = self._n, self._anchor
+        ends = np.array(self._ends[:n])
+        fused = np.array(self._fused[:n])
         expected = min(_GAP_WINDOW, self._consumed - 1)
-        self._anchor, self._n, self._pending = rows[-1][0], 0, 0
+        self._anchor, self._n, self._pending = float(ends[-1]), 0, 0
         window = len(gaps)
         if window < expected:  # a gap was dropped: the window no longer lines up
             return
-        # Keep the newest rows whose elements all have their gap in the window.
-        count, first = 0, len(rows)
-        while first > 0 and count + rows[first - 1][1] <= window:
-            first -= 1
-            count += rows[first][1]
-        if count == 0:
+        # Keep the newest cycles whose elements all have their gap in the window.
+        newest_first = np.cumsum(fused[::-1])
+        kept = int(np.searchsorted(newest_first, window, side="right"))
+        if kept == 0:
             return
-        start = rows[first - 1][0] if first > 0 else anchor
-        span = rows[-1][0] - start
+        count = int(newest_first[kept - 1])
+        first = n - kept
+        start = float(ends[first - 1]) if first > 0 else anchor
+        span = float(ends[-1]) - start
         gap = sum(gaps[len(gaps) - count :]) * 1e-6
         self.wait += span - gap
         self.span += span

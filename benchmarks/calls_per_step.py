@@ -1,5 +1,6 @@
-"""Python calls the tool adds per training step, counted by cProfile: a count, not a time, so
-it does not move with a noisy neighbour.
+"""Python calls the tool adds per training step, counted by cProfile, and the bytecode
+instructions its own code runs per step: counts, not times, so they do not move with a noisy
+neighbour.
 
 Run: ``.venv/bin/python benchmarks/calls_per_step.py`` (``--json`` for one line of JSON;
 ``--save PATH`` prints the table and also writes the JSON to PATH, which ``make bench`` hands to
@@ -19,6 +20,14 @@ and take 21 s instead of 34 s). cProfile counts every call, builtins included. T
 ``(calls(LONG) - calls(SHORT)) / (LONG - SHORT)`` cancels what a run costs once (start-up,
 report); the profiled slope minus the plain slope is what the tool adds per step.
 
+The instructions (``--instructions``, or `instructions_per_step`): every bytecode instruction
+executed in a frame of the package's own code (its wrappers, probes and recorder; what they
+call in TensorFlow or Keras is the workload's) on the main thread, counted with
+``sys.settrace``'s opcode events at the same two lengths, profiled only (the tool runs no
+bytecode in a plain run). Between real steps, each instruction of the hot path costs tens of
+nanoseconds (the step's own work has pushed the tool's code and data out of the CPU's caches;
+README, Overhead), so this count, unlike the call count, follows the time the tool adds.
+
 Workloads: a custom loop calling a ``@tf.function`` train step, ``model.fit`` on a
 ``tf.data`` pipeline, ``model.train_on_batch`` in a loop, and an eager loop (GradientTape and
 ``optimizer.apply_gradients``, no ``tf.function``).
@@ -31,6 +40,9 @@ import json
 import os
 import pstats
 import sys
+from typing import Any
+
+import tfdiag_magic
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -40,6 +52,16 @@ SHORT, LONG = 200, 600
 # weigh more per step (64 and 192 read 17.4 for the eager loop).
 LENGTHS = {"eager loop": (128, 384)}
 TARGET = 12  # calls the tool may add per step (issue 18)
+# Bytecode instructions the tool's own code may run per step, per workload: what this script
+# printed for the code they guard, plus a tenth (`tests/test_calls_per_step.py`).
+# Measured on commit "Input meter: a cycle inside an epoch is noted in two flat slots":
+# 428.8, 452.3, 491.8 and 333.7 (566.2, 538.1, 579.2 and 415.0 before this stop's changes).
+INSTRUCTIONS_MOST = {
+    "tf.function loop": 472,
+    "model.fit": 498,
+    "train_on_batch": 541,
+    "eager loop": 367,
+}
 HOT_PATH = "--memory-interval 3600"  # no time-based memory sample inside the counted runs
 
 SETUP = """
@@ -116,6 +138,49 @@ def per_step(
     return min(slopes)
 
 
+def instructions(shell, cell: str) -> int:
+    """Bytecode instructions executed in the package's own frames on this thread while
+    `cell` runs (see the module's docstring)."""
+    package = os.path.join(os.path.dirname(os.path.abspath(tfdiag_magic.__file__)), "")
+    count = [0]
+
+    def opcodes(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            count[0] += 1
+        return opcodes
+
+    def calls(frame: Any, event: str, arg: Any) -> Any:
+        if not frame.f_code.co_filename.startswith(package):
+            return None  # not the tool's: no events for this frame
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        return opcodes
+
+    sys.settrace(calls)
+    try:
+        outcome = shell.run_cell(cell)
+    finally:
+        sys.settrace(None)
+    if not outcome.success:
+        raise RuntimeError(f"the cell failed: {outcome.error_in_exec or outcome.error_before_exec}")
+    return count[0]
+
+
+def instructions_per_step(shell, name: str, repeats: int = 2) -> float:
+    """The tool's own bytecode instructions per step of the workload `name` (the hot path
+    alone: no memory sample inside the counted runs), the fewest of `repeats` slopes."""
+    head = f"%%tfprofile -q {HOT_PATH}\n"
+    few, many = _lengths(name)
+    body = WORKLOADS[name]
+    shell.run_cell(head + body.format(n=few))  # warm-up: tracing, first-call costs
+    slopes = []
+    for _ in range(repeats):
+        short = instructions(shell, head + body.format(n=few))
+        long = instructions(shell, head + body.format(n=many))
+        slopes.append((long - short) / (many - few))
+    return min(slopes)
+
+
 def shell_with_workloads():
     """An IPython shell with the extension loaded (live view off) and `SETUP` run."""
     from IPython.core.interactiveshell import InteractiveShell
@@ -148,6 +213,7 @@ def main() -> None:
         rows[name] = measure(shell, name)
         sampled = per_step(shell, body, _lengths(name), profiled=True)
         rows[name]["added_with_samples"] = sampled - rows[name]["plain"]
+        rows[name]["instructions"] = instructions_per_step(shell, name)
     if "--json" in sys.argv:
         print(json.dumps(rows))
         return
@@ -159,11 +225,14 @@ def main() -> None:
         "calls per step (cProfile, builtins included; slope between"
         f" {SHORT} and {LONG} steps; {other})"
     )
-    print(f"{'workload':<20} {'plain':>9} {'profiled':>9} {'added':>7} {'+ samples':>10}")
+    print(
+        f"{'workload':<20} {'plain':>9} {'profiled':>9} {'added':>7} {'+ samples':>10}"
+        f" {'tool bytecodes':>15}"
+    )
     for name, row in rows.items():
         print(
             f"{name:<20} {row['plain']:>9.1f} {row['profiled']:>9.1f} {row['added']:>7.1f}"
-            f" {row['added_with_samples']:>10.1f}"
+            f" {row['added_with_samples']:>10.1f} {row['instructions']:>15.1f}"
         )
     worst = max(row["added"] for row in rows.values())
     print(f"most added on the hot path: {worst:.1f} calls per step (target <= {TARGET})")

@@ -1,4 +1,5 @@
-"""The tool's hot path, held by a count: the Python calls it adds per training step.
+"""The tool's hot path, held by counts: the Python calls it adds per training step, and the
+bytecode instructions its own code runs per step.
 
 A count, not a time, so a busy neighbour cannot make it fail: cProfile counts every call the
 main thread makes (builtins included) while a cell runs plainly and under ``%%tfprofile``, at
@@ -37,3 +38,13 @@ def test_the_tool_adds_at_most_twelve_calls_per_step(shell, workload):
     row = bench.measure(shell, workload)
     assert row["plain"] > 20  # the count sees the workload's own calls: it can fail
     assert row["added"] <= bench.TARGET, row
+
+
+@pytest.mark.parametrize("workload", list(bench.WORKLOADS))
+def test_the_tools_own_code_runs_few_instructions_per_step(shell, workload):
+    """Between real steps each instruction of the hot path costs tens of nanoseconds, so this
+    count follows the time the tool adds; each workload has its bound (the benchmark's count
+    for the code it guards, plus a tenth)."""
+    per_step = bench.instructions_per_step(shell, workload)
+    assert per_step > 50  # the count sees the tool's hot path: it can fail
+    assert per_step <= bench.INSTRUCTIONS_MOST[workload], per_step

@@ -35,3 +35,6 @@ pytest_addoption
 pytest_generate_tests
 # tests/conftest.py: pytest reads `pytest_plugins` of a conftest to load the browser fixtures.
 pytest_plugins
+# benchmarks/calls_per_step.py: a traced frame's flags, read by the interpreter's tracing.
+_.f_trace_opcodes
+_.f_trace_lines

@@ -437,17 +437,21 @@ class KerasProbe:
         phase = Phase.of(phase_name)
         kind = Kind.ON_BATCH
         trains, trained, ref = phase_name == "train", rec.trained, weakref.ref
+        predicts = phase_name == "predict"
         here, add_step, clock, nan = rec.here, rec.add_step, perf_counter, NAN
         ndarray = np.ndarray
+        last: list[Any] = [None]  # the weak reference to the model of the last batch
 
         def on_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             if rec.driver_depth or rec.step_depth or not here.main:
                 return original(self, *args, **kwargs)
-            if trains:  # a membership test per batch, no call; the state is read at first sight
-                key = ref(self)
-                if key not in trained:
-                    rec.first_training(self)
+            if trains:  # the model's state is read at first sight; the same model: no lookup
+                key = last[0]
+                if key is None or key() is not self:
+                    key = last[0] = ref(self)
+                    if key not in trained:
+                        rec.first_training(self)
             wait = rec.pending_wait
             rec.pending_wait = nan
             # NumPy x and y, the usual batch, are read here; anything else by `inspect_inputs`.
@@ -466,10 +470,11 @@ class KerasProbe:
             else:
                 host, batch = inspect_inputs(args, kwargs)
             try:  # what the `run_eagerly` property returns, without its call
-                eager = bool(self._run_eagerly)
+                eager = bool(self._run_eagerly or eager_function_run.RUN_FUNCTIONS_EAGERLY)
             except AttributeError:
-                eager = bool(getattr(self, "run_eagerly", False))
-            eager = eager or bool(eager_function_run.RUN_FUNCTIONS_EAGERLY)
+                eager = bool(
+                    getattr(self, "run_eagerly", False) or eager_function_run.RUN_FUNCTIONS_EAGERLY
+                )
             rec.driver_depth += 1
             start = clock()
             try:
@@ -482,7 +487,7 @@ class KerasProbe:
             end = clock()
             if trains:
                 trained[key] += 1
-            if phase_name == "predict":
+            if predicts:
                 loss = None
             elif type(result) is float:
                 loss = result

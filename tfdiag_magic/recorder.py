@@ -1,9 +1,10 @@
 """The live side of a run: the state the probes share and the growing columns they append to.
 
 Probes call into one `Recorder` from the hot path (once or twice per step), so every method here
-does a few clock reads and array appends and nothing more. Slow facts (process memory, GPU
-memory) are sampled at most every `memory_interval` seconds. `finish()` turns the appended
-columns into a `Record`; nothing in this module imports TensorFlow.
+does a few clock reads and array appends and nothing more; a loop iteration only notes two clock
+reads, and its rows are written with NumPy in batches (`write_iterations`). Slow facts (process
+memory, GPU memory) are sampled at most every `memory_interval` seconds. `finish()` turns the
+appended columns into a `Record`; nothing in this module imports TensorFlow.
 
 The step table's memory is bounded: its first `full_rows` rows are kept as they came; past
 them, whenever the buffer holds `tail_rows` more, it is thinned to one row in `stride` (a

@@ -111,7 +111,7 @@ def test_rows_are_written_when_the_flush_time_is_due(rec, monkeypatch):
 def test_an_inner_loop_takes_its_outer_loops_iteration_as_epoch(rec):
     t = rec.t0 + 1.0
     outer = rec.begin_loop(10)
-    for epoch in range(3):
+    for _ in range(3):
         rec.next_item(outer, t, t + WAIT_S)
         t = _iterate(rec, 11, 5, t + WAIT_S)
         rec.end_loop(11)

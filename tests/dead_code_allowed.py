@@ -38,3 +38,5 @@ pytest_plugins
 # benchmarks/calls_per_step.py: a traced frame's flags, read by the interpreter's tracing.
 _.f_trace_opcodes
 _.f_trace_lines
+# benchmarks/nvml_sampler_cpu.py: a stand-in package's path, read by the import system.
+_.__path__

@@ -844,7 +844,10 @@ class Recorder:
 
     def write_open_loops(self) -> None:
         """Write the rows of every open loop's ended iterations (a reader is about to count
-        or sum the rows recorded so far)."""
+        or sum the rows recorded so far). Only on the recorder's thread, which alone writes
+        rows (a model compiled on another thread takes a mark too)."""
+        if not self.here.main:
+            return
         for state in self.open_loops:
             if state.n > 2:
                 self.write_iterations(state)

@@ -54,8 +54,8 @@ LENGTHS = {"eager loop": (128, 384)}
 TARGET = 12  # calls the tool may add per step (issue 18)
 # Bytecode instructions the tool's own code may run per step, per workload: what this script
 # printed for the code they guard, plus a tenth (`tests/test_calls_per_step.py`).
-# Measured on the commit that gave `train_on_batch`'s wrapper its last model's reference:
-# 428.8, 452.3, 487.8 and 334.9 (566.2, 538.1, 579.2 and 415.0 before this stop's changes).
+# Measured on the commit that made the fused rows a branch of `Recorder.add_step`: 433.8,
+# 457.3, 492.8 and 338.7 (566.2, 538.1, 579.2 and 415.0 before this stop's changes).
 INSTRUCTIONS_MOST = {
     "tf.function loop": 472,
     "model.fit": 498,
@@ -128,12 +128,21 @@ def per_step(
     calls. Measured once beside a CPU hog and a full test suite, `train_on_batch` read 13.5
     added calls per step, where it reads 11.1 alone."""
     head = f"%%tfprofile -q {options}\n" if profiled else ""
+    return _fewest_per_step(calls, shell, head + body, lengths, repeats)
+
+
+def _fewest_per_step(
+    count: Any, shell: Any, cell: str, lengths: tuple[int, int], repeats: int
+) -> float:
+    """The fewest of `repeats` slopes of `count(shell, cell)` between the run lengths
+    `lengths` (`cell` takes the steps as ``{n}``), after a warm-up run (tracing, first-call
+    costs)."""
     few, many = lengths
-    shell.run_cell(head + body.format(n=few))  # warm-up: tracing, first-call costs
+    shell.run_cell(cell.format(n=few))
     slopes = []
     for _ in range(repeats):
-        short = calls(shell, head + body.format(n=few))
-        long = calls(shell, head + body.format(n=many))
+        short = count(shell, cell.format(n=few))
+        long = count(shell, cell.format(n=many))
         slopes.append((long - short) / (many - few))
     return min(slopes)
 
@@ -169,16 +178,8 @@ def instructions(shell, cell: str) -> int:
 def instructions_per_step(shell, name: str, repeats: int = 2) -> float:
     """The tool's own bytecode instructions per step of the workload `name` (the hot path
     alone: no memory sample inside the counted runs), the fewest of `repeats` slopes."""
-    head = f"%%tfprofile -q {HOT_PATH}\n"
-    few, many = _lengths(name)
-    body = WORKLOADS[name]
-    shell.run_cell(head + body.format(n=few))  # warm-up: tracing, first-call costs
-    slopes = []
-    for _ in range(repeats):
-        short = instructions(shell, head + body.format(n=few))
-        long = instructions(shell, head + body.format(n=many))
-        slopes.append((long - short) / (many - few))
-    return min(slopes)
+    cell = f"%%tfprofile -q {HOT_PATH}\n" + WORKLOADS[name]
+    return _fewest_per_step(instructions, shell, cell, _lengths(name), repeats)
 
 
 def shell_with_workloads():

@@ -138,12 +138,19 @@ def main() -> None:
             if not outcome.success:
                 raise SystemExit(f"{arm}: {outcome.error_in_exec or outcome.error_before_exec}")
             medians[arm].append(statistics.median(shell.user_ns["step_times"]) * 1e6)
+    print_added(f"model.fit, median step per run, {ROUNDS} rounds, one CPU", medians)
+
+
+def print_added(title: str, medians: dict[str, list[float]]) -> None:
+    """Per arm, the median of its runs' median steps, and the median over rounds of its
+    difference from that round's ``plain`` run (µs added per step)."""
     plain = medians["plain"]
-    print(f"model.fit, median step per run, {ROUNDS} rounds, one CPU")
-    print(f"{'arm':<44} {'median step':>12} {'µs added':>9}")
+    width = max(len(arm) for arm in medians) + 2
+    print(title)
+    print(f"{'arm':<{width}} {'median step':>12} {'µs added':>9}")
     for arm, values in medians.items():
         added = statistics.median(v - p for v, p in zip(values, plain, strict=True))
-        print(f"{arm:<44} {statistics.median(values):>10.1f} µs {added:>+8.1f}")
+        print(f"{arm:<{width}} {statistics.median(values):>10.1f} µs {added:>+8.1f}")
 
 
 if __name__ == "__main__":

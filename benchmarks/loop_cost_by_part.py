@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import hot_path
+from fit_cost_by_probe import print_added
 
 from tfdiag_magic.probes.tf_functions import TFFunctionProbe
 from tfdiag_magic.recorder import Recorder
@@ -110,12 +111,7 @@ def main() -> None:
             if not outcome.success:
                 raise SystemExit(f"{arm}: {outcome.error_in_exec or outcome.error_before_exec}")
             medians[arm].append(statistics.median(shell.user_ns["step_times"][1:]) * 1e6)
-    plain = medians["plain"]
-    print(f"{WORKLOAD}, median step per run, {ROUNDS} rounds, one CPU")
-    print(f"{'arm':<30} {'median step':>12} {'µs added':>9}")
-    for arm, values in medians.items():
-        added = statistics.median(v - p for v, p in zip(values, plain, strict=True))
-        print(f"{arm:<30} {statistics.median(values):>10.1f} µs {added:>+8.1f}")
+    print_added(f"{WORKLOAD}, median step per run, {ROUNDS} rounds, one CPU", medians)
 
 
 if __name__ == "__main__":

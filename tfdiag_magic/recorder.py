@@ -316,12 +316,6 @@ class Recorder:
         row, outside the cell's loops, no NumPy conversion pending) touches nothing but the
         row buffer and a few fields; everything else is in the methods it calls otherwise.
         """
-        if fused != 1:
-            self._add_fused(
-                phase, kind, start, end, data_wait, epoch, eager, loss, fused, host_bytes,
-                batch, callback_time,
-            )  # fmt: skip
-            return
         if self.pending_host_bytes and kind != _LOOP_KIND:
             host_bytes += self.pending_host_bytes
             self.pending_host_bytes = 0.0
@@ -335,7 +329,7 @@ class Recorder:
                 epoch = open_loops[0].index
         else:
             loop_id, epoch = self._loop_of_step(epoch)
-        index = self.count
+        index = self.count + fused - 1  # the (last) row's
         # "No loss" is its own flag, never a NaN: a NaN loss is a finding, a missing one is not.
         # Types are compared, not tested with isinstance: no call on the hot path (a float or
         # int subclass, NumPy's float64, is read later with the device values, as a number).
@@ -349,26 +343,31 @@ class Recorder:
             self._loss_values[waiting] = loss
             self._loss_rows[waiting] = index
             self._loss_n = waiting + 1
-        self._rows.extend(
-            (
-                start - self.t0,
-                end - start,
-                data_wait,
-                phase,
-                kind,
-                epoch,
-                number,
-                eager,
-                1,
-                loop_id,
-                callback_time,
-                host_bytes,
-                batch,
-                missing,
+        if fused == 1:
+            self._rows.extend(
+                (
+                    start - self.t0,
+                    end - start,
+                    data_wait,
+                    phase,
+                    kind,
+                    epoch,
+                    number,
+                    eager,
+                    1,
+                    loop_id,
+                    callback_time,
+                    host_bytes,
+                    batch,
+                    missing,
+                )
             )
-        )
+        else:
+            self._fused_rows(
+                (phase, kind, start, end, data_wait, epoch, number, eager, fused, loop_id),
+                (callback_time, host_bytes, batch, missing),
+            )
         self.count = index + 1
-        # `_after_rows`, written out: no call on the hot path.
         if phase == _TRAIN:  # a training step ended
             self.anchor = end
             self.graph_calls = 0
@@ -382,40 +381,12 @@ class Recorder:
             if self.on_sample is not None:
                 self.on_sample(self)
 
-    def _add_fused(
-        self,
-        phase: int,
-        kind: int,
-        start: float,
-        end: float,
-        data_wait: float,
-        epoch: int,
-        eager: bool,
-        loss: Any,
-        fused: int,
-        host_bytes: float,
-        batch: float,
-        callback_time: float,
-    ) -> None:
-        """`add_step` for a host call that ran `fused` steps: as many rows, each an equal share
-        of the call, the call's loss and callback time on the last, its input on the first."""
-        if self.pending_host_bytes and kind != _LOOP_KIND:
-            host_bytes += self.pending_host_bytes
-            self.pending_host_bytes = 0.0
-        loop_id = -1
-        if self.open_loops:
-            loop_id, epoch = self._loop_of_step(epoch)
-        index = self.count + fused - 1
-        if loss is None:
-            number, missing = NAN, 1.0
-        elif type(loss) is float or type(loss) is int:
-            number, missing = loss, 0.0
-        else:
-            number, missing = NAN, 0.0
-            waiting = self._loss_n
-            self._loss_values[waiting] = loss
-            self._loss_rows[waiting] = index
-            self._loss_n = waiting + 1
+    def _fused_rows(self, step: tuple[Any, ...], extras: tuple[float, float, float, float]) -> None:
+        """The rows of a host call that ran `fused` steps (`add_step`): each an equal share of
+        the call; its wait and input bytes on the first row, its loss and callback time on
+        the last."""
+        phase, kind, start, end, data_wait, epoch, number, eager, fused, loop_id = step
+        callback_time, host_bytes, batch, missing = extras
         t0 = self.t0
         share = (end - start) / fused
         if self.count < self.full_rows + self.tail_rows:  # only full-resolution rows use it
@@ -440,8 +411,6 @@ class Recorder:
                     missing if i == fused - 1 else 1.0,  # the call's loss is on its last row
                 )
             )
-        self.count = index + 1
-        self._after_rows(phase, end, index)
 
     def _loop_of_step(self, epoch: int) -> tuple[int, int]:
         """The innermost open loop of the cell around a step, and the step's epoch (the
@@ -459,22 +428,6 @@ class Recorder:
                 state.has_steps = True
                 self.loops_with_steps.add(state.loop_id)
         return inner.loop_id, epoch
-
-    def _after_rows(self, phase: int, end: float, index: int) -> None:
-        """What a step's rows set off: a training step moves the anchor of eager work; a full
-        loss batch is read, a full buffer thinned, and memory sampled when it is time."""
-        if phase == _TRAIN:  # a training step ended
-            self.anchor = end
-            self.graph_calls = 0
-            self._step_since_item = True
-        if self._loss_n == LOSS_BATCH:  # every slot holds a loss: read all but this step's
-            self.settle_losses(keep_newest=True)
-        if index >= self._thin_at:  # the buffer is full: thin it (one compare per step)
-            self._thin()
-        if end >= self._next_memory:
-            self.sample_memory(end)
-            if self.on_sample is not None:
-                self.on_sample(self)
 
     def step_mark(self) -> StepMark:
         """A mark of where the run stands, for `steps_since` and `seconds_since` (exact across

@@ -103,6 +103,7 @@ LOOP_PAIRS = 64
 LOOP_FLUSH_S = 0.25
 NAN = math.nan
 _LOOP_FLOATS = 2 * LOOP_PAIRS
+_NO_TIMES = array("d", bytes(8 * _LOOP_FLOATS))
 # A loop row as `add_step` would write it for (Phase.LOOP, Kind.LOOP, one step); `start`,
 # `duration`, `data_wait`, `epoch` and `loop` are each iteration's own.
 _LOOP_ROW = np.array(
@@ -146,7 +147,7 @@ class OpenLoop:
         self.index = -1
         # (asked, got) of the iterations whose rows are not written yet, in slots written by
         # index; `n` floats are used, and the last pair is the open iteration's (none: n == 0).
-        self.times = array("d", bytes(16 * LOOP_PAIRS))
+        self.times = _NO_TIMES[:]  # a copy of zeros: a loop begun anew costs a memcpy
         self.n = 0
         self.due = -math.inf  # when the rows are written at the latest (see `next_item`)
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
@@ -313,8 +314,9 @@ class Recorder:
         work of an eager optimizer step after it cannot begin earlier than its `end` (see
         `anchor`), and the cell's loops start counting items towards the next one (see
         `next_item`). This runs once per step: it reads no clock, and the common step (one
-        row, outside the cell's loops, no NumPy conversion pending) touches nothing but the
-        row buffer and a few fields; everything else is in the methods it calls otherwise.
+        row, outside the cell's loops or inside loops that had a step already, no NumPy
+        conversion pending) touches nothing but the row buffer and a few fields; everything
+        else is in the methods it calls otherwise.
         """
         if self.pending_host_bytes and kind != _LOOP_KIND:
             host_bytes += self.pending_host_bytes
@@ -364,9 +366,9 @@ class Recorder:
             )
         else:
             self._fused_rows(
-                (phase, kind, start, end, data_wait, epoch, number, eager, fused, loop_id),
-                (callback_time, host_bytes, batch, missing),
-            )
+                phase, kind, start, end, data_wait, epoch, number, eager, fused, loop_id,
+                callback_time, host_bytes, batch, missing,
+            )  # fmt: skip
         self.count = index + 1
         if phase == _TRAIN:  # a training step ended
             self.anchor = end
@@ -381,12 +383,26 @@ class Recorder:
             if self.on_sample is not None:
                 self.on_sample(self)
 
-    def _fused_rows(self, step: tuple[Any, ...], extras: tuple[float, float, float, float]) -> None:
+    def _fused_rows(
+        self,
+        phase: int,
+        kind: int,
+        start: float,
+        end: float,
+        data_wait: float,
+        epoch: int,
+        number: float,
+        eager: bool,
+        fused: int,
+        loop_id: int,
+        callback_time: float,
+        host_bytes: float,
+        batch: float,
+        missing: float,
+    ) -> None:
         """The rows of a host call that ran `fused` steps (`add_step`): each an equal share of
         the call; its wait and input bytes on the first row, its loss and callback time on
         the last."""
-        phase, kind, start, end, data_wait, epoch, number, eager, fused, loop_id = step
-        callback_time, host_bytes, batch, missing = extras
         t0 = self.t0
         share = (end - start) / fused
         if self.count < self.full_rows + self.tail_rows:  # only full-resolution rows use it

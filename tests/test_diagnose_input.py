@@ -11,6 +11,7 @@ import pytest
 
 from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
 from tests.helpers import profiled
+from tfdiag_magic.probes.loops import LoopHooks
 
 
 @pytest.fixture
@@ -1008,6 +1009,51 @@ def test_host_conversion_convert_to_tensor_before_each_step(tab):
     )
     assert result.success
     check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
+
+
+def test_host_conversion_in_the_loop_of_a_function_the_cell_defines(tab):
+    # A script's usual shape: the training in main(). Its loop's conversions are counted as
+    # the top level's are, and after the run the function is plain again.
+    result, r = profiled(
+        tab,
+        "def main():\n"
+        "    mean, std = x.mean(axis=0), x.std(axis=0)\n"
+        "    for epoch in range(2):\n"
+        "        for i in range(0, len(x), 128):\n"
+        "            xb = tf.convert_to_tensor((x[i:i + 128] - mean) / std)\n"
+        "            yb = tf.constant(y[i:i + 128])\n"
+        "            train_step(xb, yb)\n"
+        "\n"
+        "main()\n",
+    )
+    assert result.success
+    check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
+    code = tab.user_ns["main"].__code__  # its plain code is back: no hooks, no `host` call
+    assert not any(isinstance(const, LoopHooks) for const in code.co_consts)
+    assert "host" not in code.co_names
+
+
+def test_a_conversion_outside_the_loops_is_not_a_step_s(tab):
+    # The whole arrays converted once, in a helper and before the loop, then sliced as
+    # tensors: no step is fed from NumPy, and no step is given those bytes.
+    result, r = profiled(
+        tab,
+        "def load():\n"
+        "    return tf.convert_to_tensor(x), tf.convert_to_tensor(y)\n"
+        "\n"
+        "def main():\n"
+        "    xt, yt = load()\n"
+        "    yt = tf.constant(y)\n"
+        "    for epoch in range(2):\n"
+        "        for i in range(0, len(x), 128):\n"
+        "            train_step(xt[i:i + 128], yt[i:i + 128])\n"
+        "\n"
+        "main()\n",
+    )
+    assert result.success
+    assert r.record.phase_total("count", "train") == 32
+    assert not r.record.steps["host_bytes"].any()
+    assert "per-step-host-conversion" not in listing(r)
 
 
 # -- small-batch ----------------------------------------------------------------------------

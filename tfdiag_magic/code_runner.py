@@ -119,8 +119,8 @@ def _compile_body(
         return len(loops) - 1
 
     rewritten, in_functions = instrument_loops(tree, source, register)
-    if rewritten > in_functions:
-        mark_conversions(tree)  # inside the top level's loops (see `instrument_conversions`)
+    if rewritten:
+        mark_conversions(tree)  # inside the rewritten loops (see `instrument_conversions`)
     hooks = LoopHooks()
     body = bind_runtime(compiler(tree, filename, "exec"), hooks)
     if plain is not None and in_functions:

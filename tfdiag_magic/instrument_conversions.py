@@ -1,16 +1,25 @@
-"""Marks the NumPy arrays that a cell's loops convert to tensors themselves, step after step.
+"""Marks the NumPy arrays that the code's loops convert to tensors themselves, step after step.
 
-Inside the bodies of the loops that `instrument` rewrote (the cell's own code, not the
-functions it defines), the first argument of a call named ``convert_to_tensor`` or
-``constant`` (``tf.convert_to_tensor(x[i:j])``, ``tf.constant(batch)``,
-``keras.ops.convert_to_tensor(...)``) is passed through the loop runtime first:
+Inside the bodies of the loops that `instrument` rewrote, wherever they are (the top level's,
+and those of the functions and methods the code defines, such as a script's ``main()``), the
+first argument of a call named ``convert_to_tensor`` or ``constant``
+(``tf.convert_to_tensor(x[i:j])``, ``tf.constant(batch)``, ``keras.ops.convert_to_tensor(...)``)
+is passed through the loop runtime first:
 
     tf.convert_to_tensor(ARG, ...)   ==>   tf.convert_to_tensor(RUNTIME.host(ARG), ...)
 
 `host` adds a NumPy array's bytes to the next step's ``host_bytes`` and returns the value
 itself, so the call gets what it would have got; the argument is evaluated once, as written,
-and a call that raises raises from the user's line. Nothing of TensorFlow is patched: the
-conversions TensorFlow and Keras make internally, many per eager step, cost nothing.
+and a call that raises raises from the user's line. `host` counts only what the run's own
+thread converts outside any step or Keras call, and a function made from this code gets its
+plain compilation back after the run (`code_runner`, `probes.loops`), as for its loops.
+
+Only the loops `instrument` rewrote are looked into (it recognises them by the runtime's
+calls it put there): a loop it left as written (in a generator, a function given to a
+compiler, a Keras layer's method) is left so here too. The body of a function or class
+defined inside a loop runs when it is called, not once per iteration: only its own rewritten
+loops count. Nothing of TensorFlow is patched: the conversions TensorFlow and Keras make
+internally, many per eager step, cost nothing.
 """
 
 from __future__ import annotations
@@ -24,30 +33,40 @@ CONVERSIONS = frozenset({"convert_to_tensor", "constant"})
 
 class _ConversionMarker(ast.NodeTransformer):
     def __init__(self) -> None:
-        self.depth = 0  # loop bodies we are in
+        self.depth = 0  # rewritten loop bodies we are in, in the scope being visited
         self.count = 0
 
-    # Code in these runs later, outside the run (as `instrument` leaves it).
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+    def _scope(self, node: ast.AST) -> ast.AST:
+        # A function's or class's body runs when called, not per iteration of a loop around
+        # its definition: inside it only its own rewritten loops count.
+        depth, self.depth = self.depth, 0
+        try:
+            self.generic_visit(node)
+        finally:
+            self.depth = depth
         return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        return self._scope(node)
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
-        return node
+        return self._scope(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
-        return node
+        return self._scope(node)
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
-        return node
+        return node  # `instrument` leaves lambdas as written
 
     def _loop(self, node: ast.For | ast.While) -> ast.AST:
         for field in ("target", "iter", "test"):
             value = getattr(node, field, None)
             if value is not None:
                 setattr(node, field, self.visit(value))
-        self.depth += 1
+        rewritten = _rewritten(node)
+        self.depth += rewritten
         node.body = [self.visit(statement) for statement in node.body]
-        self.depth -= 1
+        self.depth -= rewritten
         node.orelse = [self.visit(statement) for statement in node.orelse]
         return node
 
@@ -70,6 +89,23 @@ class _ConversionMarker(ast.NodeTransformer):
                     keyword.value = _through_host(keyword.value)
                     self.count += 1
         return node
+
+
+def _rewritten(node: ast.For | ast.While) -> bool:
+    """Whether `instrument` rewrote the loop: a ``for`` over ``RUNTIME.iterate...(...)``, a
+    ``while`` whose body begins with ``RUNTIME.tick...(...)``."""
+    if isinstance(node, ast.For):
+        call: ast.expr | None = node.iter
+    else:
+        first = node.body[0] if node.body else None
+        call = first.value if isinstance(first, ast.Expr) else None
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Constant)
+        and call.func.value.value == RUNTIME
+        and call.func.attr.startswith(("iterate", "tick"))
+    )
 
 
 def _name_of(func: ast.expr) -> str | None:

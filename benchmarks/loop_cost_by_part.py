@@ -12,7 +12,10 @@ tool, and with parts of a step's path made to do nothing for that run:
 - ``bare wrapper``: the tf.function probe's wrapper replaced by one that only reads the clock
   around the call (so no row either);
 - ``bare wrapper, no iteration``: both; what is left is the loop's instrumented iterator and
-  everything else the magic runs.
+  everything else the magic runs;
+- ``magic alone``: no probe installed at all (each one's ``install``, ``remove`` and
+  ``finish`` do nothing, the loop's hooks stay idle, so the loop iterates plainly): the run's
+  own machinery, the floor that no change to the hot path can remove.
 
 Every arm runs once per round, in an order drawn at random (seeded), on one CPU; per arm, the
 median step of each run, and the median over rounds of its difference from that round's plain
@@ -42,8 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import hot_path
-from fit_cost_by_probe import print_added
+from fit_cost_by_probe import GROUPS, print_added
+from fit_cost_by_probe import _switch as switch_probes
 
+from tfdiag_magic.probes.loops import LoopProbe
 from tfdiag_magic.probes.tf_functions import TFFunctionProbe
 from tfdiag_magic.recorder import Recorder
 
@@ -56,11 +61,14 @@ ARMS = {
     "no iteration": ("iteration",),
     "bare wrapper": ("wrapper",),
     "bare wrapper, no iteration": ("wrapper", "iteration"),
+    "magic alone": ("probes",),
 }
+EVERY_PROBE = tuple(name for group in GROUPS.values() for name in group)
 _ORIGINALS = {
     "row": Recorder.add_step,
     "iteration": Recorder.next_item,
     "wrapper": TFFunctionProbe.__dict__["_call_wrapper"],
+    "loops": (LoopProbe.install, LoopProbe.remove, LoopProbe.finish),
 }
 
 
@@ -87,6 +95,11 @@ def _switch(parts: tuple[str, ...]) -> None:
     Recorder.next_item = _nothing if "iteration" in parts else _ORIGINALS["iteration"]
     TFFunctionProbe._call_wrapper = (
         staticmethod(_bare_wrapper) if "wrapper" in parts else _ORIGINALS["wrapper"]
+    )
+    switch_probes(EVERY_PROBE if "probes" in parts else ())
+    off = "probes" in parts
+    LoopProbe.install, LoopProbe.remove, LoopProbe.finish = (
+        (_nothing, _nothing, _nothing) if off else _ORIGINALS["loops"]
     )
 
 

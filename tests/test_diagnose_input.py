@@ -1033,9 +1033,26 @@ def test_host_conversion_in_the_loop_of_a_function_the_cell_defines(tab):
     assert "host" not in code.co_names
 
 
+def test_host_conversion_in_a_helper_the_loop_calls(tab):
+    # The loop's batches come from a function the cell defines, which has no loop itself.
+    result, r = profiled(
+        tab,
+        "def get_batch(i):\n"
+        "    return tf.constant(x[i:i + 128]), tf.convert_to_tensor(y[i:i + 128])\n"
+        "\n"
+        "for epoch in range(2):\n"
+        "    for i in range(0, len(x), 128):\n"
+        "        train_step(*get_batch(i))\n",
+    )
+    assert result.success
+    check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
+    assert "host" not in tab.user_ns["get_batch"].__code__.co_names  # plain again
+
+
 def test_a_conversion_outside_the_loops_is_not_a_step_s(tab):
-    # The whole arrays converted once, in a helper and before the loop, then sliced as
-    # tensors: no step is fed from NumPy, and no step is given those bytes.
+    # The whole arrays converted once, in a helper and in main() before the loop, then sliced
+    # as tensors: no step is fed from NumPy, and no step is given those bytes (no loop was
+    # running when they were converted).
     result, r = profiled(
         tab,
         "def load():\n"

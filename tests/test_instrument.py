@@ -10,6 +10,7 @@ code again.
 
 from __future__ import annotations
 
+import ast
 import math
 import textwrap
 import traceback
@@ -20,7 +21,8 @@ import numpy as np
 import pytest
 
 from tfdiag_magic.code_runner import cell_source, prepare, run
-from tfdiag_magic.instrument import RUNTIME
+from tfdiag_magic.instrument import RUNTIME, instrument_loops
+from tfdiag_magic.instrument_conversions import mark_conversions
 from tfdiag_magic.probes.loops import LoopHooks, LoopProbe, LoopRuntime
 from tfdiag_magic.record import KINDS, PHASES, Record
 from tfdiag_magic.recorder import Recorder
@@ -503,6 +505,52 @@ def test_which_functions_have_their_loops_instrumented():
         ("while False:", "Trainer.fit.<locals>.each"),
         ("for x in xs:", "Trainer.fit"),
     }
+
+
+CONVERSIONS_SOURCE = """\
+import tensorflow as tf, keras
+def get_batch(i):
+    return tf.constant(i)
+@tf.function
+def step(x):
+    return tf.constant(x)
+def numbers():
+    yield tf.constant(1)
+class Feeder:
+    table = tf.constant(0)
+    def next(self):
+        return tf.convert_to_tensor(self)
+class Block(keras.layers.Layer):
+    def call(self, x):
+        return tf.constant(x)
+for i in range(3):
+    xb = tf.constant(i)
+    scale = lambda v: tf.constant(v)
+    def inner():
+        return tf.constant(value=i)
+top = tf.constant(0)
+"""
+
+
+def test_which_conversions_are_marked():
+    """A loop's conversions, and those in the bodies of the functions whose loops would be
+    rewritten (a helper, a method, a function defined inside a loop); not those of functions
+    left as written, of lambdas, of class bodies, or of the top level outside the loops."""
+    tree = ast.parse(CONVERSIONS_SOURCE)
+    entered: set[int] = set()
+    instrument_loops(tree, CONVERSIONS_SOURCE, lambda *_: 0, entered=entered)
+    count, in_functions = mark_conversions(tree, entered)
+    marked = {
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "host"
+        and isinstance(node.func.value, ast.Constant)
+        and node.func.value.value == RUNTIME
+    }
+    assert marked == {3, 12, 17, 20}
+    assert (count, in_functions) == (4, 3)
 
 
 BLOCKS_SOURCE = """\

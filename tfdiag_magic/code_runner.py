@@ -16,7 +16,7 @@ from types import CodeType
 from typing import Any
 
 from .instrument import RUNTIME, has_function_loops, instrument_loops
-from .instrument_conversions import mark_conversions
+from .instrument_conversions import has_function_conversions, mark_conversions
 from .probes.loops import LoopHooks
 from .record import LoopInfo
 
@@ -111,16 +111,19 @@ def _compile_body(
     if not instrument:
         return compiler(tree, filename, "exec"), [], None
     # The functions' plain twins: compiled from the same tree, before it is rewritten.
-    plain = compiler(tree, filename, "exec") if has_function_loops(tree) else None
+    changes_functions = has_function_loops(tree) or has_function_conversions(tree)
+    plain = compiler(tree, filename, "exec") if changes_functions else None
     loops: list[LoopInfo] = []
 
     def register(lineno: int, text: str, function: str) -> int:
         loops.append(LoopInfo(id=len(loops), lineno=lineno, source=text, function=function))
         return len(loops) - 1
 
-    rewritten, in_functions = instrument_loops(tree, source, register)
-    if rewritten:
-        mark_conversions(tree)  # inside the rewritten loops (see `instrument_conversions`)
+    entered: set[int] = set()
+    rewritten, in_functions = instrument_loops(tree, source, register, entered=entered)
+    if rewritten:  # no loop, no step of a loop to give a conversion's bytes to
+        # inside the rewritten loops and the functions' bodies (see `instrument_conversions`)
+        in_functions += mark_conversions(tree, entered)[1]
     hooks = LoopHooks()
     body = bind_runtime(compiler(tree, filename, "exec"), hooks)
     if plain is not None and in_functions:

@@ -160,12 +160,14 @@ class _LoopRewriter(ast.NodeVisitor):
         self.where = "top"  # "top", "function" or "class" (a class body's own statements)
         self.skipped_names = _given_to_compilers(tree) if functions else set()
         self.layer_classes: set[str] = set()
+        self.entered: set[int] = set()  # ids of the function nodes whose bodies were visited
 
     # -- scopes --------------------------------------------------------------------------------
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         if not self.functions or self._left_alone(node):
             return node
+        self.entered.add(id(node))
         return self._inside(node, node.name, "function")
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
@@ -275,14 +277,22 @@ class _LoopRewriter(ast.NodeVisitor):
 
 
 def instrument_loops(
-    tree: ast.Module, source: str, register: Register, functions: bool = True
+    tree: ast.Module,
+    source: str,
+    register: Register,
+    functions: bool = True,
+    entered: set[int] | None = None,
 ) -> tuple[int, int]:
     """Rewrite the loops of `tree` in place; returns (loops rewritten, of which in functions).
 
     `register(lineno, first_line, function)` is called once per loop, in source order, and
     returns the loop's id; `function` is the qualified name of the function the loop is in
     ("" at the top level). With `functions` False only the top-level loops are rewritten.
+    `entered`, if given, gets the ids of the function nodes whose bodies were looked into
+    (every function and method but those left as written), loops or not.
     """
     rewriter = _LoopRewriter(source.splitlines(), register, functions, tree)
     tree.body = [rewriter.visit(statement) for statement in tree.body]
+    if entered is not None:
+        entered.update(rewriter.entered)
     return rewriter.count, rewriter.in_functions

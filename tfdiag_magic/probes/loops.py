@@ -81,11 +81,13 @@ class LoopRuntime:
         rec.next_item(rec.loop_state(loop_id), now, now)
 
     def host(self, value: Any) -> Any:
-        """A conversion call of the cell's loop is given `value` (see `instrument_conversions`):
-        a NumPy array's bytes go to the next step, made outside any step or Keras call."""
+        """A conversion call of the code is given `value` (see `instrument_conversions`): a
+        NumPy array's bytes go to the next step, when one of the code's loops is running (a
+        helper converting the whole dataset before the loop converts no step's batch) and the
+        call is made outside any step or Keras call, on the run's thread."""
         if isinstance(value, np.ndarray):
             rec = self._rec
-            if not rec.step_depth and not rec.driver_depth and rec.here.main:
+            if rec.open_loops and not rec.step_depth and not rec.driver_depth and rec.here.main:
                 rec.pending_host_bytes += value.nbytes
         return value
 

@@ -49,6 +49,7 @@ from fit_cost_by_probe import GROUPS, print_added
 from fit_cost_by_probe import _switch as switch_probes
 
 from tfdiag_magic.probes.loops import LoopProbe
+from tfdiag_magic.probes.model_calls import ModelCallProbe
 from tfdiag_magic.probes.tf_functions import TFFunctionProbe
 from tfdiag_magic.recorder import Recorder
 
@@ -69,6 +70,7 @@ _ORIGINALS = {
     "iteration": Recorder.next_item,
     "wrapper": TFFunctionProbe.__dict__["_call_wrapper"],
     "loops": (LoopProbe.install, LoopProbe.remove, LoopProbe.finish),
+    "model calls": (ModelCallProbe.install, ModelCallProbe.remove, ModelCallProbe.finish),
 }
 
 
@@ -100,6 +102,9 @@ def _switch(parts: tuple[str, ...]) -> None:
     off = "probes" in parts
     LoopProbe.install, LoopProbe.remove, LoopProbe.finish = (
         (_nothing, _nothing, _nothing) if off else _ORIGINALS["loops"]
+    )
+    ModelCallProbe.install, ModelCallProbe.remove, ModelCallProbe.finish = (
+        (_nothing, _nothing, _nothing) if off else _ORIGINALS["model calls"]
     )
 
 

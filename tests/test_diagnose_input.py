@@ -955,6 +955,30 @@ def test_no_python_preprocessing_for_vectorised_work_and_a_short_loop(img):
     assert not problems(r), listing(r)
 
 
+
+def test_no_python_preprocessing_for_a_loop_of_forward_passes(ip):
+    # Generation one token at a time: each iteration calls the model eagerly on the token the
+    # last one drew. The time is the model's, not Python's over data: no vectorising it.
+    result, r = profiled(
+        ip,
+        "import numpy as np, tensorflow as tf, keras\n"
+        "keras.utils.set_random_seed(0)\n"
+        "model = keras.Sequential([keras.Input((1,)), keras.layers.Embedding(40, 64),\n"
+        "                          keras.layers.Flatten(), keras.layers.Dense(256, 'relu'),\n"
+        "                          keras.layers.Dense(40)])\n"
+        "token, text = tf.constant([[1]]), []\n"
+        "for i in range(1200):\n"
+        "    logits = model(token)\n"
+        "    token = tf.random.categorical(logits, 1)\n"
+        "    text.append(int(token[0, 0]))\n",
+    )
+    assert result.success
+    assert len(ip.user_ns["text"]) == 1200
+    (loop,) = r.record.loops
+    assert loop.iterations == 1200 and loop.model_calls == 1200
+    assert loop.model_seconds > 0.5 * (loop.seconds + loop.wait)  # what it is judged on
+    assert_silent(r, "python-preprocessing")
+
 # -- per-step-host-conversion ---------------------------------------------------------------
 
 

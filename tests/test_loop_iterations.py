@@ -72,7 +72,7 @@ def test_each_iteration_gets_its_row_and_totals_are_exact(rec):
     np.testing.assert_allclose(rows[:, WAIT], WAIT_S, rtol=0, atol=1e-12)
     assert (rows[:, PHASE] == Phase.LOOP).all()
     assert (rows[:, EPOCH] == -1).all()  # the outermost loop
-    iterations, seconds, wait, dropped = rec.loop_totals[7]
+    iterations, seconds, wait, dropped = rec.loop_totals[7][:4]
     assert (iterations, dropped) == (n, 0)
     assert wait == pytest.approx(n * WAIT_S, abs=1e-9)
     assert seconds == pytest.approx(float(rows[:, DURATION].sum()), abs=1e-9)
@@ -128,5 +128,5 @@ def test_a_loop_without_steps_is_counted_past_the_row_limit(rec, monkeypatch):
     _iterate(rec, 4, n, rec.t0 + 1.0, steps=False)
     rec.end_loop(4)
     assert _loop_rows(rec, 4).shape[0] == 100
-    iterations, _, _, dropped = rec.loop_totals[4]
+    iterations, _, _, dropped = rec.loop_totals[4][:4]
     assert (iterations, dropped) == (n, n - 100)

@@ -192,6 +192,10 @@ class LoopInfo:
     has_steps: bool = False  # a step (not a loop iteration) ran inside it
     rows_dropped: int = 0  # iterations counted but not kept as rows (see recorder)
     function: str = ""  # qualified name of the function or method it is in; "": the top level
+    # Eager Keras model calls made in its bodies outside any step, and their seconds (see
+    # `probes.model_calls`): a loop spent in forward passes is no Python loop over data.
+    model_calls: int = 0
+    model_seconds: float = 0.0
 
 
 @dataclass(slots=True)  # slots: a run keeps up to KERAS_CALLS_KEPT of them (see recorder)

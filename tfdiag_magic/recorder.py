@@ -140,7 +140,8 @@ class OpenLoop:
 
     def __init__(self, loop_id: int, totals: list[Any], outer_wait: float = NAN) -> None:
         self.loop_id = loop_id
-        self.totals = totals  # the loop's [iterations, seconds, wait, dropped] in loop_totals
+        # the loop's [iterations, seconds, wait, dropped, model calls, their seconds]
+        self.totals = totals
         # The input wait no step had taken when the loop began: the next step's again if the
         # loop ends without one (a helper's loop between a batch and its step).
         self.outer_wait = outer_wait
@@ -232,7 +233,8 @@ class Recorder:
         self.anchor = self.t0  # when the work of the next eager step can have begun (absolute)
         self.open_loops: list[OpenLoop] = []
         self.loops: list[LoopInfo] = []
-        self.loop_totals: dict[int, list[float]] = {}  # id -> [iterations, seconds, wait, dropped]
+        # id -> [iterations, seconds, wait, dropped, model calls, their seconds]
+        self.loop_totals: dict[int, list[float]] = {}
         self.loops_with_steps: set[int] = set()
         # Losses that are device values are read in batches, long after their step ended, so
         # reading them never makes the host wait for the device inside a step.
@@ -695,7 +697,7 @@ class Recorder:
         innermost of the loops open now; `end_loop` closes it."""
         totals = self.loop_totals.get(loop_id)
         if totals is None:
-            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0]
+            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0, 0, 0.0]
         state = OpenLoop(loop_id, totals, self.pending_wait)
         self.open_loops.append(state)
         return state
@@ -707,6 +709,14 @@ class Recorder:
             if state.loop_id == loop_id:
                 return state
         return self.begin_loop(loop_id)
+
+    def model_called(self, seconds: float) -> None:
+        """An eager Keras model call made in the body of the innermost open loop, outside any
+        step, took `seconds`: counted for every open loop (an outer loop's time holds it)."""
+        for state in self.open_loops:
+            totals = state.totals
+            totals[4] += 1
+            totals[5] += seconds
 
     def loop_advanced(self, now: float, wait: float) -> None:
         """The code got its next item at `now` after waiting `wait` seconds, outside the
@@ -988,7 +998,10 @@ class Recorder:
             started = np.searchsorted(starts, [warning.time], side="right")
             warning.step = int(self._rows_started(started, index)[0])
         for loop in self.loops:
-            iterations, seconds, wait, dropped = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0))
+            totals = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0, 0, 0.0))
+            iterations, seconds, wait, dropped, model_calls, model_seconds = totals
+            loop.model_calls = int(model_calls)
+            loop.model_seconds = float(model_seconds)
             loop.iterations = int(iterations)
             loop.seconds = float(seconds)
             loop.wait = float(wait)

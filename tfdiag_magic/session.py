@@ -35,6 +35,7 @@ from .probes.learning import LearningProbe
 from .probes.logged_warnings import WarningsProbe
 from .probes.loops import LoopHooks, LoopProbe
 from .probes.memory import MemoryProbe
+from .probes.model_calls import ModelCallProbe
 from .probes.nvml_probe import NVMLProbe
 from .probes.ops_window import OpsWindowProbe
 from .probes.optimizer_updates import OptimizerProbe
@@ -128,8 +129,9 @@ class Session:
                 NVMLProbe(self.options.nvml_interval if self.options.nvml else None),
                 CpuWaitProbe(),  # installed late and removed early: close to the run itself
             ]
-            if self.loop_hooks is not None:
+            if self.loop_hooks is not None:  # the code's loops, and their eager model calls
                 probes.append(LoopProbe(self.loop_hooks, self.namespace))
+                probes.append(ModelCallProbe())
             if self.options.ops:
                 probes.append(OpsWindowProbe(self.source))
             self._finishers = probes  # every probe writes its part of the record

@@ -42,12 +42,15 @@ parallel and overlaps it with training.
 
 ## Threshold
 At least 1,000 iterations, at least 0.5 s, and at least 25% of the cell's wall time, with no
-step inside the loop.
+step inside the loop, and less than half of the loop's time inside eager Keras model calls
+made in it (a loop of forward passes, such as text generated one token at a time, is the
+model's work, not Python's over data).
 """
 
 MIN_ITERATIONS = 1000
 MIN_SECONDS = 0.5
 MIN_SHARE = 0.25
+MAX_MODEL_SHARE = 0.5  # of the loop's time, in eager model calls made in its bodies
 
 
 def check(record: Record, source: str | None) -> Finding | None:
@@ -58,6 +61,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         and loop.iterations >= MIN_ITERATIONS
         and loop.seconds + loop.wait >= MIN_SECONDS
         and loop.seconds + loop.wait >= MIN_SHARE * record.wall_time
+        and loop.model_seconds < MAX_MODEL_SHARE * (loop.seconds + loop.wait)
     ]
     if not candidates:
         return None
@@ -73,6 +77,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         "seconds": rounded(total),
         "share_of_cell": rounded(total / record.wall_time, 3) if record.wall_time else None,
         "per_iteration_s": rounded(total / loop.iterations),
+        "model_calls": loop.model_calls,  # eager model calls made in it, below half its time
+        "model_calls_s": rounded(loop.model_seconds),
     }
     finding = Finding(
         code=CODE,

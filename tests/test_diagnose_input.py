@@ -955,7 +955,6 @@ def test_no_python_preprocessing_for_vectorised_work_and_a_short_loop(img):
     assert not problems(r), listing(r)
 
 
-
 def test_no_python_preprocessing_for_a_loop_of_forward_passes(ip):
     # Generation one token at a time: each iteration calls the model eagerly on the token the
     # last one drew. The time is the model's, not Python's over data: no vectorising it.
@@ -978,6 +977,7 @@ def test_no_python_preprocessing_for_a_loop_of_forward_passes(ip):
     assert loop.iterations == 1200 and loop.model_calls == 1200
     assert loop.model_seconds > 0.5 * (loop.seconds + loop.wait)  # what it is judged on
     assert_silent(r, "python-preprocessing")
+
 
 # -- per-step-host-conversion ---------------------------------------------------------------
 

@@ -199,6 +199,50 @@ def test_the_window_is_steady_one_epoch_and_exact():
     assert timeline["step_starts"][0] == pytest.approx(0.008)
 
 
+def test_the_window_holds_no_pause_for_other_work():
+    # Two one-epoch trainings (one epoch number, no tracing in the second) with a second of
+    # other work between them: the middle window would lay the pause out as "between steps".
+    record = _record([i == 0 for i in range(24)], [0] * 24)
+    record.steps["start"][12:] += 1.0
+    timeline = step_timeline(record)
+    assert timeline["first_step"] == 13, timeline  # steps 13-18, the step before in the 2nd
+    assert timeline["span"] == pytest.approx(0.060)
+
+
+def test_without_a_steady_window_the_one_with_least_tracing_and_time_is_drawn():
+    # Every fourth step traces, so every window holds a tracing; one second of other work
+    # after step 10. The window drawn holds one tracing and no pause.
+    traced = [i % 4 == 3 for i in range(20)]
+    record = _record(traced, [0] * 20)
+    record.steps["start"][10:] += 1.0
+    timeline = step_timeline(record)
+    first = timeline["first_step"]
+    assert sum(traced[first - 1 : first + 6]) == 1, timeline
+    assert timeline["span"] < 0.1, timeline
+
+
+def test_waits_too_short_to_see_are_not_drawn_as_waiting():
+    # A loop over range() "waits" a fraction of a microsecond for each item: a character of
+    # `w` for each would draw a wait that never was.
+    def timeline(wait: float) -> dict:
+        segments = [["wait", 0.01 * i, 0.01 * i + wait] for i in range(6)]
+        segments += [["compute", 0.01 * i + 0.008, 0.01 * i + 0.009] for i in range(6)]
+        return {
+            "phase": "train",
+            "first_step": 1,
+            "steps": 6,
+            "span": 0.06,
+            "segments": sorted(segments, key=lambda seg: seg[1]),
+            "shares": {"wait": 6 * wait / 0.06, "compute": 0.1, "callbacks": 0.0},
+            "between_share": 0.9 - 6 * wait / 0.06,
+        }
+
+    tiny = timeline_text(timeline(2e-7))[0]
+    assert "w" not in tiny.split("|")[1] and tiny.count("#") >= 6, tiny
+    waiting = timeline_text(timeline(0.005))[0]  # half of each step's period
+    assert waiting.split("|")[1].count("w") >= 30, waiting
+
+
 def test_too_few_steps_give_no_timeline_and_nothing_drawn():
     assert step_timeline(_record([False, False], [0, 0])) is None
     assert step_timeline(Record()) is None

@@ -20,7 +20,7 @@ import numpy as np
 
 from .record import Kind, Phase, Record
 
-STEPS = 6  # steps in the window
+STEPS = 6  # steps in the window (fewer, down to three, where no window of six is steady)
 SEGMENT_KINDS = ("wait", "compute", "callbacks")
 
 
@@ -41,9 +41,17 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
     if rows.size < 3:  # a window needs a step before it
         return None
     count = min(steps, rows.size - 1)
-    first = _steady_window(table["traced"][rows], table["epoch"][rows], count)
-    window = rows[first : first + count]
     starts, ends = table["start"][rows], table["start"][rows] + table["duration"][rows]
+    columns = (table["traced"][rows], table["epoch"][rows], table["loop"][rows], ends)
+    # Fewer steps where no window of `count` is steady (epochs of four steps): down to three.
+    for size in range(count, min(count, 3) - 1, -1):
+        first, steady = _steady_window(*columns, size)
+        if steady:
+            count = size
+            break
+    else:
+        first, _ = _steady_window(*columns, count)
+    window = rows[first : first + count]
     t0 = float(ends[first - 1])
     t1 = float(ends[first + count - 1])
     if not t1 > t0:
@@ -78,17 +86,33 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
     }
 
 
-def _steady_window(traced: np.ndarray, epochs: np.ndarray, count: int) -> int:
-    """The first index of a window of `count` steps with no tracing in it or in the step before,
-    all in one epoch (an epoch's end runs validation and callbacks), from the middle of the run
-    onwards (earlier if none is there), never the first step."""
+def _steady_window(
+    traced: np.ndarray, epochs: np.ndarray, loops: np.ndarray, ends: np.ndarray, count: int
+) -> tuple[int, bool]:
+    """The first index of a window of `count` steps, and whether it is steady: no tracing in it
+    or in the step before, all in one epoch of one loop (an epoch's end runs validation and
+    callbacks), and no longer than twice `count` typical steps (no pause for other work inside
+    it: another `fit` starting, a loop of the cell between two training loops). From the
+    middle of the run onwards, earlier if none is there, never the first step. Where no window
+    is steady, the one with the fewest traced steps, then the fewest epoch or loop changes,
+    then the shortest."""
     n = traced.size
+    firsts = np.arange(1, n - count + 1)
+    lasts = firsts + count - 1
+    traced_before = np.concatenate(([0], np.cumsum(traced.astype(np.int64))))
+    tracings = traced_before[lasts + 1] - traced_before[firsts - 1]
+    changed = np.concatenate(([0], np.cumsum((np.diff(epochs) != 0) | (np.diff(loops) != 0))))
+    changes = changed[lasts] - changed[firsts - 1]
+    spans = ends[lasts] - ends[firsts - 1]
+    typical = float(np.median(np.diff(ends))) if n > 1 else 0.0
+    steady = (tracings == 0) & (changes == 0) & (spans <= 2 * count * max(typical, 0.0))
     middle = max(1, n // 2 - count // 2)
-    for first in [*range(middle, n - count + 1), *range(1, middle)]:
-        span = slice(first - 1, first + count)
-        if not traced[span].any() and (epochs[span] == epochs[first]).all():
-            return first
-    return max(1, min(middle, n - count))
+    later = np.flatnonzero(steady & (firsts >= middle))
+    if later.size:
+        return int(firsts[later[0]]), True
+    if steady.any():
+        return int(firsts[np.flatnonzero(steady)[0]]), True
+    return int(firsts[np.lexsort((spans, changes, tracings))[0]]), False
 
 
 def _loop_waits(record: Record, t0: float, t1: float) -> list[list[Any]]:

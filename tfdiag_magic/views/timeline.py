@@ -136,8 +136,11 @@ def timeline_text(timeline: dict[str, Any] | None) -> list[str]:
     cells = ["."] * TEXT_WIDTH
     scale = TEXT_WIDTH / timeline["span"]
     for kind, a, b in timeline["segments"]:
-        lo = min(int(a * scale), TEXT_WIDTH - 1)
-        hi = max(lo + 1, min(math.ceil(b * scale), TEXT_WIDTH))
+        if kind == "compute":  # a step is drawn however short, in the cell it starts in
+            lo = min(int(a * scale), TEXT_WIDTH - 1)
+            hi = max(lo + 1, min(math.ceil(b * scale), TEXT_WIDTH))
+        else:  # a wait or callbacks only over the cells it covers half of or more
+            lo, hi = round(a * scale), min(round(b * scale), TEXT_WIDTH)
         for i in range(lo, hi):
             cells[i] = CHARS[kind]
     return [

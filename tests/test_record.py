@@ -250,6 +250,27 @@ def test_steady_state_median_and_p90_are_numpys_on_the_non_warmup_steps():
     assert report["steps"]["phases"]["train"]["median"] == pytest.approx(np.median(steady_train))
 
 
+def test_a_loop_inside_a_loop_is_not_counted_twice_in_the_loops_time():
+    # Two outer iterations of 1 s, each holding two inner iterations of 0.4 s that traced
+    # (a `predict` per inner iteration): 2 s in loops, not 3.6; the warm-up is the outer
+    # iterations' time (their first, and the ones holding a tracing), not more than the run.
+    rows = [(0.0, 1.0, -1, True), (0.1, 0.4, 0, True), (0.5, 0.4, 0, True),
+            (1.0, 1.0, -1, True), (1.1, 0.4, 1, True), (1.5, 0.4, 1, True)]  # fmt: skip
+    empty = Record().steps
+    record = Record(wall_time=2.0)
+    record.steps = {name: np.zeros(len(rows), dtype=empty[name].dtype) for name in STEP_COLUMNS}
+    for i, (start, duration, epoch, traced) in enumerate(rows):
+        record.steps["start"][i], record.steps["duration"][i] = start, duration
+        record.steps["epoch"][i], record.steps["traced"][i] = epoch, traced
+    record.steps["phase"][:] = PHASES.index("loop")
+    record.steps["kind"][:] = KINDS.index("loop")
+    record.steps["data_wait"][:] = np.nan
+    loop = phase_stats(record)["loop"]
+    assert loop.count == 6 and loop.warmup_count == 6
+    assert loop.total_time == pytest.approx(2.0)
+    assert loop.warmup_time == pytest.approx(2.0)
+
+
 def test_phase_whose_only_step_is_warmup_has_no_steady_median():
     record, _, _ = _hand_record()
     record.steps["phase"][-1] = PHASES.index("predict")  # a single predict row

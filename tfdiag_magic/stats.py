@@ -15,6 +15,8 @@ import numpy as np
 
 from .record import PHASES, Kind, Record
 
+_LOOP = PHASES.index("loop")
+
 
 @dataclass
 class PhaseStats:
@@ -113,6 +115,13 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
         numbers = step_numbers(
             durations, warm[rows], steps["start"][rows], steps["data_wait"][rows]
         )
+        warmup_time = float(durations[warm[rows]].sum())
+        if code == _LOOP:
+            # An inner loop's iterations (their rows carry the outer one's index as epoch) lie
+            # inside its outer loop's: its time is counted there once.
+            outer = steps["epoch"][rows] < 0
+            numbers["total_time"] = float(durations[outer].sum())
+            warmup_time = float(durations[warm[rows] & outer].sum())
         callback_time = float(steps["callback_time"][rows].sum())
         eager_steps = int(steps["eager"][rows].sum())
         if record.dropped is not None:  # a reduced table: add the rows it left out
@@ -127,7 +136,7 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
         result[name] = PhaseStats(
             phase=name,
             median_all=float(np.median(durations)),
-            warmup_time=float(durations[warm[rows]].sum()),
+            warmup_time=warmup_time,
             callback_time=callback_time,
             eager_steps=eager_steps,
             fused=int(steps["fused"][rows].max()),

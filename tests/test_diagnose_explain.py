@@ -41,6 +41,7 @@ CODES = [
     "input-bound",
     "per-step-host-conversion",
     "python-preprocessing",
+    "eager-model-calls",
     "small-batch",
     "slow-callback",
     "gc-pauses",

@@ -977,6 +977,11 @@ def test_no_python_preprocessing_for_a_loop_of_forward_passes(ip):
     assert loop.iterations == 1200 and loop.model_calls == 1200
     assert loop.model_seconds > 0.5 * (loop.seconds + loop.wait)  # what it is judged on
     assert_silent(r, "python-preprocessing")
+    f = the(r, "eager-model-calls")  # what it is instead: compile the forward pass
+    assert f.evidence["model_calls"] == 1200 and f.evidence["iterations"] == 1200
+    assert f.evidence["model_calls_s"] == pytest.approx(loop.model_seconds, rel=1e-3)
+    assert f.evidence["per_call_s"] == pytest.approx(loop.model_seconds / 1200, rel=1e-2)
+    assert "tf.function(model)" in f.fix
 
 
 # -- per-step-host-conversion ---------------------------------------------------------------

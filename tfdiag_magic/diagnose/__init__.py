@@ -32,6 +32,7 @@ RULE_MODULES: tuple[str, ...] = (
     "input_bound",
     "per_step_host_conversion",
     "python_preprocessing",
+    "eager_model_calls",
     "small_batch",
     "slow_callback",
     "gc_pauses",

@@ -1,0 +1,88 @@
+"""eager-model-calls: a loop of the code calls a Keras model eagerly, one call after another."""
+
+from __future__ import annotations
+
+from ..findings import Finding
+from ..record import Record
+from ..units import seconds, share
+from .evidence import loop_label, rounded
+
+CODE = "eager-model-calls"
+TITLE = "A loop calls a Keras model eagerly, call after call"
+DOC = """\
+## What it detects
+A loop of the code, with no training step in it, whose time goes to calling a Keras model
+directly (`model(x)`), eagerly: text generated one token at a time with each prediction fed
+back, a model run sample by sample or batch by batch in a Python loop, a hand-written
+evaluation loop.
+
+## Why it hurts
+Called eagerly, a Keras model runs its layers' Python on every call and dispatches each
+operation on its own, as an eager training step does (see `eager-step`). Compiled once with
+`tf.function`, later calls run the traced graph, without the layers' Python. Calls that do not
+depend on each other can also be made at once, on a batch.
+
+## Evidence we show
+The loop's line, its iterations, the eager model calls made in it with their time, their
+share of the cell, and the time per call.
+
+## Fix
+Compile the call once, before the loop: `forward = tf.function(model)` (or a `@tf.function`
+function that calls the model), and call `forward(x)` in the loop. Keep the input's shape the
+same from call to call, or give `input_signature` / `reduce_retracing=True`, so it is traced
+once, not on every call. Independent calls: `model.predict_on_batch(x)` or `model(x)` on all
+the inputs at once.
+
+## Threshold
+At least 100 eager model calls in a loop with no training step, taking at least 0.5 s and at
+least 25% of the cell's wall time.
+"""
+
+MIN_CALLS = 100
+MIN_SECONDS = 0.5
+MIN_SHARE = 0.25
+
+
+def check(record: Record, source: str | None) -> Finding | None:
+    del source  # the fix is the same whatever the loop looks like
+    candidates = [
+        loop
+        for loop in record.loops
+        if not loop.has_steps
+        and loop.model_calls >= MIN_CALLS
+        and loop.model_seconds >= MIN_SECONDS
+        and loop.model_seconds >= MIN_SHARE * record.wall_time
+    ]
+    if not candidates:
+        return None
+    # An outer loop holds its inner loops' calls: the loop with the most time in calls, the
+    # innermost (latest line) among equals, is the one that makes them.
+    loop = max(candidates, key=lambda item: (item.model_seconds, item.lineno))
+    spent = loop.model_seconds
+    per_call = spent / loop.model_calls
+    evidence = {
+        "loop": loop_label(record, loop.id),
+        "iterations": loop.iterations,
+        "model_calls": loop.model_calls,
+        "model_calls_s": rounded(spent),
+        "share_of_cell": rounded(spent / record.wall_time, 3) if record.wall_time else None,
+        "per_call_s": rounded(per_call),
+    }
+    return Finding(
+        code=CODE,
+        severity="warning",
+        title=(
+            f"{loop.model_calls:,} eager model calls in a loop took {seconds(spent)},"
+            f" {share(spent, record.wall_time)} of the cell"
+        ),
+        detail=(
+            f"The loop at {evidence['loop']} called a Keras model {loop.model_calls:,} times"
+            f" eagerly, {seconds(per_call)} a call, with no training step inside it: each call"
+            " ran the model's layers in Python, op by op."
+        ),
+        fix="Compile the call once before the loop, `forward = tf.function(model)`, and call"
+        " `forward(x)` in it (same input shape each call, or an `input_signature`); call the"
+        " model on all the inputs at once where the calls do not depend on each other.",
+        evidence=evidence,
+        impact=spent * 0.5,
+    )

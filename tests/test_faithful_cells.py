@@ -318,6 +318,31 @@ def test_exception_is_the_same_and_points_at_the_users_real_lines(ip, capsys, bl
     assert re.search(rf"Cell In\[\d+\], line {raising}$", profiled.shown, re.MULTILINE)
 
 
+MODEL_CALL_FAILING_CELL = """\
+import numpy as np
+import keras
+
+class Doubler(keras.Model):
+    def call(self, x):
+        if x.shape[-1] != 4:
+            raise ValueError(f"expected 4 features, got {x.shape[-1]}")
+        return x * 2.0
+
+model = Doubler()
+outputs = []
+for width in (4, 4, 3, 4):  # the model called eagerly, as the model-call probe times it
+    outputs.append(model(np.ones((1, width), "float32")))
+"""
+
+
+def test_exception_inside_an_eager_model_call_in_a_loop_is_the_same(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, MODEL_CALL_FAILING_CELL)
+    assert plain.error[0] == "ValueError" and "expected 4 features, got 3" in plain.error[1]
+    assert_same(plain, profiled)
+    assert_real_lines(profiled, MODEL_CALL_FAILING_CELL)
+    assert "model_calls.py" not in profiled.shown  # the tool's wrapper is no frame of it
+
+
 RETRACING_CELL = """\
 import tensorflow as tf
 

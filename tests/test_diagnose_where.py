@@ -352,6 +352,34 @@ def test_growth_after_models_built_names_the_lines_that_built_them():
     assert "Keep Python numbers" not in f.fix
 
 
+def _models_one_after_another(per_step: float) -> Record:
+    # Six models built one after another (the overfit tutorial's sizes), each trained 60
+    # steps; each build adds 35 MiB, and each step `per_step` bytes.
+    n, size = 360, 60
+    models = [
+        ModelBuilt(k * size * 0.1 - 0.02, f"m{k}", "Sequential", 1, -1, line=5) for k in range(6)
+    ]
+    rss = [100 * MIB + 35 * MIB * (k // size + 1) + per_step * k for k in range(n)]
+    record = _record([5] * n, rss, models)
+    record.lines = {5: "model = build(units)"}
+    return record
+
+
+def test_models_built_one_after_another_are_no_leak_when_each_ones_steps_are_flat():
+    # 210 MiB over the run in step with the steps (the builds are between them), and flat
+    # within every model's 60 steps: spans long enough to judge, so no note.
+    assert host_memory_growth.check(_models_one_after_another(0.0), CELL) is None
+
+
+def test_growth_within_each_of_many_models_spans_is_the_steps_own():
+    # The same six models, and 1 MiB more at every step: a leak per step, said as one.
+    f = host_memory_growth.check(_models_one_after_another(1 * MIB), CELL)
+    assert f is not None and f.severity == "warning", f
+    assert f.evidence["judged_within_spans"] >= 5, f.evidence
+    assert f.evidence["bytes_per_step"] == pytest.approx(MIB, rel=0.05)
+    assert "bytes_per_model" not in f.evidence and "The growth follows" not in f.detail
+
+
 def test_the_recorder_samples_the_line_of_the_profiled_file():
     rec = Recorder(memory_interval=3600)
     rec.code_file = "<cell-1>"

@@ -122,7 +122,8 @@ finding is then an info note that says which:
   single pass over it (one epoch): the cache fills during that pass and would stop growing at
   the next one, which this run cannot show (12,000 cached 48×48×3 images grew RSS by 282 MiB
   over one epoch of `fit`, in step with the batches, R² 1.0);
-- five or more Keras models were built while memory grew: the memory comes with each model
+- five or more Keras models were built while memory grew, and their spans are too short to
+  judge (under 20 steps each): the memory comes with each model
   built (weights, optimizer state, traced functions), not with each step. A search that calls
   `keras.backend.clear_session()` before each model still grew 4.1–5.7 MiB per model here
   with a 12→32→1 MLP (20 models, 85 MiB) and 16.5–23 MiB with a 12→1024→1024→1 MLP, which
@@ -170,14 +171,10 @@ def check(record: Record, source: str | None) -> Finding | None:
         if values is None:
             continue
         whole = steady_growth(record, values)
-        many_models = (
-            whole is not None
-            and len(_models_built_during(record, whole.start_time, whole.end_time))
-            >= MIN_MODELS_ALONG
-        )
         # Judged within each model's own steady span: memory that comes with a model built,
-        # or with a cache's first pass, lies between the spans, not within them.
-        within = None if many_models else growth_within(record, values, spans)
+        # or with a cache's first pass, lies between the spans, not within them. Also where
+        # many models were built: spans long enough to judge tell a leak from the models.
+        within = growth_within(record, values, spans)
         if is_steady_rise(within, MIN_TOTAL):
             within_rises.append((within, key))
         elif within is None and is_steady_rise(whole, MIN_TOTAL):
@@ -196,7 +193,10 @@ def check(record: Record, source: str | None) -> Finding | None:
     # (two models of 9 steps on in-memory caches, 65 MiB in one of nine runs, tests/test_corpus).
     if not within_spans and len(spans) != 1 and not single_pass and len(models) < MIN_MODELS_ALONG:
         return None
-    built_at = models_built_at(models) if len(models) >= MIN_MODELS_ALONG else []
+    # Many models built, and no span long enough to judge the steps apart from them: the
+    # growth is read as theirs. Judged rising within the spans, it is the steps' own.
+    along_models = len(models) >= MIN_MODELS_ALONG and not within_spans
+    built_at = models_built_at(models) if along_models else []
     values = record.memory[measure]
     place = growth_place(
         record, values, growth.start_time, growth.end_time, spans if within_spans else None
@@ -223,7 +223,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     }
     if place is not None:
         evidence.update(place.evidence())
-    if len(models) >= MIN_MODELS_ALONG:
+    if along_models:
         evidence["bytes_per_model"] = rounded(growth.total / len(models))
     if built_at:
         evidence["models_built_at"] = {
@@ -238,7 +238,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence["eager_py_functions"] = [
             f"line {c.line}: {c.name}" for c in kernel_calls if c.kind == PY_FUNCTION
         ]
-    note = _not_per_step_note(record, growth, models, built_at, single_pass)
+    note = "" if within_spans else _not_per_step_note(record, growth, models, built_at, single_pass)
     if built_at:
         located = ""  # the note says where the models were built
     elif place is not None:
@@ -247,7 +247,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         located = f" It grew while {where} ran." if where != "the cell" else ""
     if kernel_calls:
         cause, fix = _kernel_cause(kernel_calls, record.facts.get("global_seed"))
-    elif len(models) >= MIN_MODELS_ALONG:
+    elif along_models:
         cause = ""
         fix = (
             "This memory comes with the models built, not with the steps. If they are built on"

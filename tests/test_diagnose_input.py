@@ -203,6 +203,35 @@ def test_input_bound_fit_on_a_dataset_decoding_with_py_function(img):
     assert ev["wait_s"] <= ev["measured_s"]
 
 
+def test_input_bound_fit_on_short_epochs_of_a_dataset_of_unknown_length(ip):
+    # tf.data's data-performance guide's naive pipeline: a generator that takes 20 ms a batch,
+    # through `from_generator` (its length unknown to tf.data), 30 batches an epoch. No step
+    # is told it is an epoch's last, and no epoch reaches the meter's 64 batches: each epoch
+    # is read when the next one's iterator begins, the last when fit ends.
+    result, r = profiled(
+        ip,
+        "import time, numpy as np, tensorflow as tf, keras\n"
+        "def batches():\n"
+        "    rng = np.random.default_rng(0)\n"
+        "    for i in range(30):\n"
+        "        time.sleep(0.02)\n"
+        "        x = rng.standard_normal((64, 32)).astype('float32')\n"
+        "        yield x, np.ones((64, 1), 'float32')\n"
+        "spec = (tf.TensorSpec((64, 32)), tf.TensorSpec((64, 1)))\n"
+        "ds = tf.data.Dataset.from_generator(batches, output_signature=spec)\n"
+        "model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])\n"
+        "model.compile('sgd', 'mse')\n"
+        "model.fit(ds, epochs=3, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert ev["api"] == "fit" and ev["how"].startswith("in-run")
+    assert ev["batches_measured"] == 3 * 28  # every epoch's but its first two batches
+    assert ev["wait_s_per_batch"] >= 0.5 * 0.02  # a 20 ms batch against a ~1 ms step
+    assert ev["wait_share"] >= 0.5
+
+
 def test_no_input_bound_for_a_generator_of_ready_slices(img):
     # A generator that only slices arrays already in memory keeps up with the step.
     result, r = profiled(

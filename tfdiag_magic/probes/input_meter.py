@@ -32,8 +32,9 @@ class InputWaitMeter:
     microseconds, the last 100). A training cycle (from the end of one step to the end of the
     next) is the gaps of its elements plus the time its ``GetNext`` calls blocked, so the wait
     is the cycle's length minus its elements' gaps (tracing and callbacks fall in both). The
-    model is read every 64 elements and at the end of each epoch, at a step's end, never while
-    a ``GetNext`` could be running. An iterator's first two steps are not measured: the first
+    model is read every 64 elements and at the end of each epoch, at a step's end (or, where
+    the dataset's length is unknown, when the next epoch's iterator begins), never while a
+    ``GetNext`` could be running. An iterator's first two steps are not measured: the first
     element has no gap, and the second's gap holds the rest of the first step, whose work after
     its batch arrived is not a steady step's (the first execution of a traced function creates
     variables); so the wait for an epoch's first batch is not in this measure.
@@ -67,6 +68,12 @@ class InputWaitMeter:
         """A training step is about to run on `iterator` (a new one starts a new measure)."""
         if iterator is self._iterator:
             return
+        if self._owned is not None and self._n:
+            # The previous iterator's cycles since its last read: an epoch of a dataset whose
+            # length tf.data does not know ends when it runs out, with no step told it was the
+            # last, so an epoch shorter than `_READ_EVERY` would never be read. It is spent and
+            # no step runs now: nothing is taking an element from it.
+            self._read()
         if self._iterator is not None and self.first_epoch is None:
             self.first_epoch = (self.wait, self.span, self.elements)
         # The last reference to the previous epoch's iterator may be this meter's: dropping it

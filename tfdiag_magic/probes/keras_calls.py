@@ -182,6 +182,14 @@ def _pydataset_timer(data: Any, patcher: Patcher) -> ItemTimer | None:
         return None
 
 
+def _flush_quietly(meter: InputWaitMeter) -> None:
+    """Read the meter's last cycles; the measure is the tool's business, never the call's."""
+    try:
+        meter.flush()
+    except Exception:
+        return
+
+
 def _first_epoch_fields(meter: InputWaitMeter | None) -> dict[str, Any]:
     """KerasCall's first-epoch input measure, where a later epoch was measured too."""
     first = meter.first_epoch if meter is not None else None
@@ -403,8 +411,11 @@ class KerasProbe:
             rec.driver_depth += 1
             rec.driver_eager = bool(getattr(self, "run_eagerly", False)) or _functions_eager()
             rec.take_wait()  # what the cell waited for before calling Keras is not a batch's
+            returned = False
             try:
-                return original(self, *args, **kwargs)
+                result = original(self, *args, **kwargs)
+                returned = True
+                return result
             except BaseException as exc:
                 if probe._open is not None:
                     rec.note_failure(exc, probe._open[0], rec.keras_batch)
@@ -416,6 +427,10 @@ class KerasProbe:
                         probe._call_patcher.restore()
                     finally:
                         if meter is not None:
+                            # Its last cycles, where no step was told it ended an epoch (a
+                            # dataset of unknown length): read now that no batch is taken.
+                            if returned:
+                                _flush_quietly(meter)
                             meter.release()
                         if timer is not None:
                             timer.release()

@@ -1055,25 +1055,17 @@ def test_host_conversion_tf_function_step_on_shuffled_numpy_batches(tab):
     check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
 
 
-def test_host_conversion_convert_to_tensor_before_each_step(tab):
-    result, r = profiled(
-        tab,
+CONVERTING_CELLS = {
+    "top-level": (
         "mean, std = x.mean(axis=0), x.std(axis=0)\n"
         "for epoch in range(2):\n"
         "    for i in range(0, len(x), 128):\n"
         "        xb = tf.convert_to_tensor((x[i:i + 128] - mean) / std)\n"
         "        yb = tf.convert_to_tensor(y[i:i + 128])\n"
-        "        train_step(xb, yb)\n",
-    )
-    assert result.success
-    check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
-
-
-def test_host_conversion_in_the_loop_of_a_function_the_cell_defines(tab):
-    # A script's usual shape: the training in main(). Its loop's conversions are counted as
-    # the top level's are, and after the run the function is plain again.
-    result, r = profiled(
-        tab,
+        "        train_step(xb, yb)\n"
+    ),
+    # A script's usual shape: the training in main(); its loop's conversions are the steps'.
+    "main": (
         "def main():\n"
         "    mean, std = x.mean(axis=0), x.std(axis=0)\n"
         "    for epoch in range(2):\n"
@@ -1082,29 +1074,29 @@ def test_host_conversion_in_the_loop_of_a_function_the_cell_defines(tab):
         "            yb = tf.constant(y[i:i + 128])\n"
         "            train_step(xb, yb)\n"
         "\n"
-        "main()\n",
-    )
-    assert result.success
-    check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
-    code = tab.user_ns["main"].__code__  # its plain code is back: no hooks, no `host` call
-    assert not any(isinstance(const, LoopHooks) for const in code.co_consts)
-    assert "host" not in code.co_names
-
-
-def test_host_conversion_in_a_helper_the_loop_calls(tab):
-    # The loop's batches come from a function the cell defines, which has no loop itself.
-    result, r = profiled(
-        tab,
+        "main()\n"
+    ),
+    # The batches come from a function the cell defines, which has no loop itself.
+    "get_batch": (
         "def get_batch(i):\n"
         "    return tf.constant(x[i:i + 128]), tf.convert_to_tensor(y[i:i + 128])\n"
         "\n"
         "for epoch in range(2):\n"
         "    for i in range(0, len(x), 128):\n"
-        "        train_step(*get_batch(i))\n",
-    )
+        "        train_step(*get_batch(i))\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CONVERTING_CELLS))
+def test_host_conversion_of_each_batch_before_its_step(tab, name):
+    result, r = profiled(tab, CONVERTING_CELLS[name])
     assert result.success
     check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
-    assert "host" not in tab.user_ns["get_batch"].__code__.co_names  # plain again
+    if name != "top-level":  # the function is plain again: no hooks, no `host` call
+        code = tab.user_ns[name].__code__
+        assert not any(isinstance(const, LoopHooks) for const in code.co_consts)
+        assert "host" not in code.co_names
 
 
 def test_a_conversion_outside_the_loops_is_not_a_step_s(tab):

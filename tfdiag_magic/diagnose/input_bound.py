@@ -378,6 +378,7 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
         elements -= call.first_epoch_elements
     per_element = wait / elements
     cycle = span / elements
+    ready = max(wait - waited, 0.0) / elements  # what handing over a ready batch costs
     step = _call_step_median(record, call)
     evidence = {
         "api": "fit",
@@ -406,7 +407,9 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
             + (" of the epochs after the first" if after_first else "")
             + ", each training"
             f" step waited {seconds(per_element)} on average for the input pipeline, of a"
-            f" {seconds(cycle)} cycle per batch: the pipeline, not the model, sets the pace."
+            f" {seconds(cycle)} cycle per batch; less the {seconds(ready)} that taking a ready"
+            f" batch costs, that is the {evidence['wait_share']:.0%} above: the pipeline, not"
+            " the model, sets the pace."
             " Measured during the run from the dataset iterator's own tf.data model (the time"
             " the train function spent between requests for the next batch), without taking an"
             " element."

@@ -43,14 +43,14 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
     count = min(steps, rows.size - 1)
     starts, ends = table["start"][rows], table["start"][rows] + table["duration"][rows]
     columns = (table["traced"][rows], table["epoch"][rows], table["loop"][rows], ends)
+    first, steady = _steady_window(*columns, count)
     # Fewer steps where no window of `count` is steady (epochs of four steps): down to three.
-    for size in range(count, min(count, 3) - 1, -1):
-        first, steady = _steady_window(*columns, size)
+    for size in range(count - 1, 2, -1):
         if steady:
-            count = size
             break
-    else:
-        first, _ = _steady_window(*columns, count)
+        candidate, steady = _steady_window(*columns, size)
+        if steady:
+            first, count = candidate, size
     window = rows[first : first + count]
     t0 = float(ends[first - 1])
     t1 = float(ends[first + count - 1])
@@ -104,8 +104,8 @@ def _steady_window(
     changed = np.concatenate(([0], np.cumsum((np.diff(epochs) != 0) | (np.diff(loops) != 0))))
     changes = changed[lasts] - changed[firsts - 1]
     spans = ends[lasts] - ends[firsts - 1]
-    typical = float(np.median(np.diff(ends))) if n > 1 else 0.0
-    steady = (tracings == 0) & (changes == 0) & (spans <= 2 * count * max(typical, 0.0))
+    typical = float(np.median(np.diff(ends)))  # the caller has three steps at least
+    steady = (tracings == 0) & (changes == 0) & (spans <= 2 * count * typical)
     middle = max(1, n // 2 - count // 2)
     later = np.flatnonzero(steady & (firsts >= middle))
     if later.size:

@@ -4,10 +4,11 @@ often it finds a real change, with a CPU hog on one core (``--quiet``: without i
 Run: ``.venv/bin/python benchmarks/compare_noise.py [-n PAIRS]``
 
 Each pair is a baseline run and a compared run of cells from tests/test_compare_noise.py: a
-loop of ~1 ms train steps, and the same loop with a 4 ms sleep per step against a 5.2 ms one
-(steps 1.25x longer), and against a 6 ms one (1.45x, as the test). Printed per pair: the verdict,
-the means' ratio, the ratio of the fastest steps (10th percentile of the intervals), which
-decides, and the CPU wait per step of the busier run (ms), which widens the band.
+loop of ~0.5 ms train steps, and the same loop with a 4 ms sleep per step against a 5.2 ms one
+(steps about 1.25x longer), a 6 ms one (1.4x) and a 10 ms one (2.2x, as the test). Printed per
+pair: the verdict, the means' ratio, the ratio of the fastest steps (10th percentile of the
+intervals), which decides, and what widens the band: the busier run's CPU wait per step (ms)
+and the larger CPU share.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ CASES = {
     "train steps, same cell": (SAME, SAME),
     "sleep-paced steps, same cell": (WAITING.format(wait=0.004), WAITING.format(wait=0.004)),
     "sleep-paced steps, 1.25x longer": (WAITING.format(wait=0.004), WAITING.format(wait=0.0052)),
-    "sleep-paced steps, 1.45x longer": (WAITING.format(wait=0.004), WAITING.format(wait=0.006)),
+    "sleep-paced steps, 1.4x longer": (WAITING.format(wait=0.004), WAITING.format(wait=0.006)),
+    "sleep-paced steps, 2.2x longer": (WAITING.format(wait=0.004), WAITING.format(wait=0.010)),
 }
 
 
@@ -58,9 +60,15 @@ def main() -> None:
                     if run.cpu_wait_per_step is not None
                 ]
                 wait = f"{max(waits) * 1e3:.2f}" if waits else "-"
+                shares = [
+                    run.cpu_share
+                    for run in (comparison.before, comparison.after)
+                    if run.cpu_share is not None
+                ]
+                share = f"{max(shares):.2f}" if shares else "-"
                 print(
                     f"  means {band.ratio:.3f}  fastest steps {band.deciding:.3f}"
-                    f"  cpu wait {wait}  {verdict}"
+                    f"  cpu wait {wait}  cpu share {share}  {verdict}"
                 )
             print("  " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     finally:

@@ -78,3 +78,20 @@ def test_a_profiled_run_records_its_cpu_wait_and_the_headline_spreads_it(ip):
     expected = waited / record.wall_time * headline.step_interval
     assert headline.cpu_wait_per_step == pytest.approx(expected)
     assert json.loads(json.dumps(headline.to_dict(), default=str))["cpu_wait_per_step"] >= 0
+
+
+def test_a_run_records_how_much_of_it_was_cpu_work(ip):
+    # Steps of 10 ms: spent spinning on the CPU, then sleeping. The tf.function's trace (its
+    # first step) is CPU work in both.
+    step = "import time\nimport tensorflow as tf\nstep = tf.function(lambda v: v * 2.0)\n"
+    spin = "    t = time.perf_counter()\n    while time.perf_counter() - t < 0.01:\n        pass\n"
+    shares = {}
+    for name, work in (("spin", spin), ("sleep", "    time.sleep(0.01)\n")):
+        cell = f"%%tfprofile -q -o {name}\n{step}for i in range(40):\n    step(tf.constant(1.0))\n"
+        assert ip.run_cell(cell + work).success
+        shares[name] = ip.user_ns[name].record.facts["cpu_share"]
+    assert 0.7 <= shares["spin"] <= 1.0, shares
+    assert 0.0 <= shares["sleep"] <= 0.4, shares
+    from tfdiag_magic.experiments.headline import headline_of
+
+    assert headline_of(ip.user_ns["spin"].record).cpu_share == shares["spin"]

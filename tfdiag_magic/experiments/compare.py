@@ -179,6 +179,7 @@ def _speed(before: Headline, after: Headline) -> tuple[str | None, Band | None]:
         return None, None
     same_phase = before.phase is not None and before.phase == after.phase
     waits = (before.cpu_wait_per_step, after.cpu_wait_per_step)
+    shares = (before.cpu_share, after.cpu_share)
     if (
         same_phase
         and before.throughput_unit == after.throughput_unit == "samples/s"
@@ -186,10 +187,12 @@ def _speed(before: Headline, after: Headline) -> tuple[str | None, Band | None]:
         and after.throughput
     ):
         ratio = after.throughput / before.throughput
-        return "samples/s", interval_band(ratio, before.intervals, after.intervals, waits)
+        return "samples/s", interval_band(ratio, before.intervals, after.intervals, waits, shares)
     if same_phase and before.kind == after.kind and before.step_interval and after.step_interval:
         ratio = before.step_interval / after.step_interval
-        return "step interval", interval_band(ratio, before.intervals, after.intervals, waits)
+        return "step interval", interval_band(
+            ratio, before.intervals, after.intervals, waits, shares
+        )
     if before.wall_time > 0 and after.wall_time > 0:
         return "wall time", fixed_band(before.wall_time / after.wall_time, WALL_TIME_NOISE)
     return None, None

@@ -75,6 +75,8 @@ class Headline:
     intervals: np.ndarray | None = field(default=None, repr=False, compare=False)
     # Seconds per step the run's threads waited for a CPU (a busy machine), None: not known.
     cpu_wait_per_step: float | None = None
+    # The share of the run its CPU work filled, 0-1 (probes/cpu_wait.py), None: not known.
+    cpu_share: float | None = None
     # A few steady steps laid out in time (`timeline.step_timeline`), drawn before and after.
     timeline: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
@@ -132,8 +134,14 @@ def headline_of(record: Record, findings: list[Finding] | None = None) -> Headli
         findings=[f.code for f in findings or []],
         timeline=step_timeline(record),
         cpu_wait_per_step=_cpu_wait_per_step(record, numbers["step_interval"]),
+        cpu_share=_cpu_share(record),
         **numbers,
     )
+
+
+def _cpu_share(record: Record) -> float | None:
+    share = record.facts.get("cpu_share")
+    return float(share) if isinstance(share, (int, float)) else None
 
 
 def _cpu_wait_per_step(record: Record, interval: float | None) -> float | None:

@@ -6,26 +6,33 @@ to the step's own work moves them all. So where both runs have per-step interval
 start), the decision rests on the fastest steps: the ratio of the runs' 10th percentiles, with a
 95 % interval from a moving-block bootstrap of `BLOCKS` contiguous blocks per run (blocks keep
 a neighbour's slow stretches together). A change counts when that interval excludes 1 and the
-ratio is at least `FAST_STEPS_NOISE` from 1. The speed-up a verdict names is still the mean's
-(what a run delivers); where the mean did not move the same way, the verdict says so.
+ratio is beyond a floor. The speed-up a verdict names is still the mean's (what a run
+delivers); where the mean did not move the same way, the verdict says so. A cell's wall time is
+one number per run with no spread to read, so it needs `WALL_TIME_NOISE`: the same cells, run
+four times on a 2-CPU machine, were compared by wall time at 0.95×-1.35×.
 
-Measured with a CPU hog on one of two cores, runs of ~1 ms steps: a cell compared with itself
-gave mean ratios of 0.6-1.8 and fastest-step ratios of 0.98-1.08 in most pairs (not all: a
-neighbour that slows every step of one run moves both); steps made 1.25× longer (a sleep of 4.0
-against 5.2 ms beside the work) gave mean ratios of 0.59-1.07 and fastest-step ratios of
-0.78-0.80 in 12 of 12 pairs. A cell's wall time is one number per run with no spread to read,
-so it needs `WALL_TIME_NOISE`: the same cells, run four times on a 2-CPU machine, were compared
-by wall time at 0.95×-1.35×.
+The floor is 1 + `FAST_STEPS_NOISE` + drift + busy, three parts each measured:
 
-A busy machine can also shift every step of a run, the fastest ones included: with a CPU hog
-on one of two cores, ~0.35 ms steps of the same cell ran at 0.35 ms for a dozen runs and then at
-0.6 ms for the next (1.7x; CI once read 2.2x), while the runs' threads waited for a CPU
-0.1-0.3 ms per step. No statistic of one run tells that from a change of the code, but that wait
-(Linux's per-thread run-queue time, probes/cpu_wait.py) bounds it: the floor widens by the
-busier run's wait per step over the fastest steps, 1 + `FAST_STEPS_NOISE` + wait / fastest
-step (0.27 ms over 0.35 ms: 1.92x). On a quiet machine the wait is near nothing and the floor
-stays 15 %; steps of several milliseconds hardly move it (the 1.25x change above: 0.3-0.6 ms
-over 4.7 ms, a floor of 1.21-1.29x).
+- `FAST_STEPS_NOISE`, 15 %: on a steady 2-CPU machine, a cell compared with itself gave
+  fastest-step ratios of 0.98-1.08 in most pairs, and steps made 1.25× longer 0.78-0.80.
+- drift, `CPU_DRIFT` times the busier run's CPU share (probes/cpu_wait.py: near 1 for steps of
+  CPU work, near 0 for steps that sleep or wait for a device). On other machines the speed of
+  CPU work itself moves between runs, in phases several runs long, with nothing waiting: on a
+  2-vCPU AMD EPYC virtual machine, 15 plain runs of the same cell in one kernel, no tool
+  loaded, had fastest steps of 0.40-0.65 ms (a 0.5 ms `tf.function` step; 0.45-0.64 ms with
+  TensorFlow held to one thread), 1.7-3.3 ms (30 small layers) and 9.8-13.9 ms (two 1024-wide
+  layers), their CPU time per step rising with them; consecutive runs read up to 1.41× apart,
+  and up to 1.53× beside a CPU hog with 0.07 ms of CPU wait a step. A pure NumPy and Python
+  loop there held within 13 %, and sleeps do not drift.
+- busy, the busier run's CPU wait per step (Linux's per-thread run-queue time,
+  probes/cpu_wait.py) over the fastest step: a busy machine can shift every step of a run, the
+  fastest included. With a CPU hog on one of two cores, ~0.35 ms steps of the same cell ran at
+  0.35 ms for a dozen runs and then at 0.6 ms (1.7x; CI once read 2.2x) while the runs'
+  threads waited 0.1-0.3 ms per step (0.27 over 0.35 ms widens the floor by 0.77). On a quiet
+  machine the wait is near nothing.
+
+So a CPU-bound cell on a quiet machine needs a 1.65× change to be called, and a cell whose steps
+mostly sleep or wait for a GPU 1.15×; a verdict that is not called shows the band it fell in.
 
 The bootstrap draws from its own seeded generator: the user's random state is never touched.
 """
@@ -42,6 +49,8 @@ FAST_PERCENTILE = 10
 WALL_TIME_NOISE = 0.35
 RESAMPLES = 1000
 MAX_POINTS = 4000  # longer series are thinned evenly before the bootstrap
+# How much the speed of a run's CPU work may move between runs (see above), times its CPU share.
+CPU_DRIFT = 0.5
 BUSY_NOTE = 0.05  # a CPU wait that widens the band by this much is named in the verdict
 MIN_INTERVALS = 8  # fewer: no spread to read, the fixed band alone decides
 BLOCKS = 8
@@ -97,13 +106,16 @@ def interval_band(
     before: np.ndarray | None,
     after: np.ndarray | None,
     cpu_wait: tuple[float | None, float | None] = (None, None),
+    cpu_share: tuple[float | None, float | None] = (None, None),
 ) -> Band:
     """The band of `ratio`, a speed-up read from mean intervals, decided by the fastest steps:
     `before` and `after` are the runs' steady start-to-start intervals in time order. `ratio`
     may carry the runs' batch sizes too (a throughput ratio); they are exact, and scale the
     fastest steps' ratio the same way. `cpu_wait` is each run's time per step its threads
     waited for a CPU (None: not known): the fastest steps of the busier run may have been
-    slowed by as much, so the floor widens by it."""
+    slowed by as much, so the floor widens by it. `cpu_share` is the share of each run its CPU
+    work filled (None: not known, taken as all of it): the floor widens by `CPU_DRIFT` times
+    the larger."""
     if (
         before is None
         or after is None
@@ -120,12 +132,19 @@ def interval_band(
     low, high = (scale * np.percentile(first / second, [2.5, 97.5])).tolist()
     waited = max((w for w in cpu_wait if w is not None and np.isfinite(w)), default=0.0)
     busy = waited / min(_fast(before), _fast(after))
-    floor_low = 1.0 / (1.0 / (1.0 - FAST_STEPS_NOISE) + busy)
-    floor_high = 1.0 + FAST_STEPS_NOISE + busy
+    drift = CPU_DRIFT * max(_share(share) for share in cpu_share)
+    floor_low = 1.0 / (1.0 / (1.0 - FAST_STEPS_NOISE) + drift + busy)
+    floor_high = 1.0 + FAST_STEPS_NOISE + drift + busy
     if (low > 1.0 and fast >= floor_high) or (high < 1.0 and fast <= floor_low):
         return Band(ratio, low, high, fast)
     widened = waited if busy >= BUSY_NOTE else None
     return Band(ratio, min(low, floor_low), max(high, floor_high), fast, widened)
+
+
+def _share(share: float | None) -> float:
+    if share is None or not np.isfinite(share):
+        return 1.0
+    return min(1.0, max(0.0, float(share)))
 
 
 def _fast(values: np.ndarray) -> float:

@@ -343,6 +343,7 @@ def recommend(sweep: Sweep) -> Recommendation | None:
                     second.headline.intervals,
                     best.headline.intervals,
                     (second.headline.cpu_wait_per_step, best.headline.cpu_wait_per_step),
+                    (second.headline.cpu_share, best.headline.cpu_share),
                 )
         else:
             rec.margin = second.headline.wall_time / score if score > 0 else None

@@ -767,3 +767,53 @@ def test_exception_from_a_functions_loop_points_at_the_users_real_lines(ip, caps
     assert [frame[1] for frame in plain.frames] == ["<module>", "main", "load_all"]
     assert_same(plain, profiled)
     assert_real_lines(profiled, FAILING_IN_A_FUNCTIONS_LOOP)
+
+
+# A fresh shell's first TensorFlow cell, plainly and profiled, each in its own interpreter: while
+# TensorFlow's context does not exist, a deprecated argument prints its warning, so the tool
+# must not make that context (nor after a cell that uses no TensorFlow).
+FIRST_CELLS = """
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "tfdiag_magic")
+magic = "%%tfprofile -q\\n" if sys.argv[1] == "profiled" else ""
+ip.run_cell(magic + "print('no TensorFlow here')\\n")
+ip.run_cell(magic + '''
+import tensorflow as tf
+def numbers():
+    yield 1.0
+dataset = tf.data.Dataset.from_generator(numbers, output_types=tf.float32)
+print(sum(1 for _ in dataset))
+''')
+"""
+
+
+def test_a_fresh_shells_first_cells_print_tensorflows_deprecation_warning_as_plainly():
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+    def warnings_of(how: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", FIRST_CELLS, how],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=True,
+        )
+        assert done.stdout.startswith("no TensorFlow here\n"), done.stdout
+        # The cell's name and line differ by the magic's line; the warning's text must not.
+        # (TensorFlow's logger writes to stdout in an interactive shell.)
+        lines = (done.stdout + done.stderr).splitlines()
+        return [
+            re.sub(r"<ipython-input-[^>]*>:\d+:", "CELL:N:", line)
+            for line in lines
+            if "deprecated" in line
+        ]
+
+    plain = warnings_of("plain")
+    assert len(plain) == 1 and "output_types is deprecated" in plain[0], plain
+    assert warnings_of("profiled") == plain

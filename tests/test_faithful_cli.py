@@ -351,3 +351,28 @@ def test_a_folder_given_for_the_reports_gets_them_named_after_the_script(tmp_pat
         "workers": 2,
         "source": "TF_CONFIG",
     }
+
+
+# TensorFlow prints a deprecated argument's warning only while its context does not exist yet
+# (`deprecation.deprecated_args` asks `is_in_graph_mode`), so a script whose first TensorFlow
+# call passes one prints it: the tool must not make that context before the script does.
+DEPRECATED_FIRST = """\
+import tensorflow as tf
+
+def numbers():
+    yield 1.0
+
+dataset = tf.data.Dataset.from_generator(numbers, output_types=tf.float32)
+print(sum(1 for _ in dataset))
+"""
+
+
+def test_tensorflows_deprecation_warning_prints_as_in_the_plain_script(tmp_path):
+    script = tmp_path / "deprecated.py"
+    script.write_text(DEPRECATED_FIRST, encoding="utf-8")
+    reference = plain(script)
+    assert "output_types is deprecated" in reference.stderr, reference.stderr
+    profiled = _subprocess(["-m", "tfdiag_magic", "profile", f"./{script.name}"], tmp_path)
+    assert profiled.status == reference.status == 0
+    assert profiled.stderr == reference.stderr
+    assert profiled.stdout.startswith(reference.stdout)

@@ -1,4 +1,5 @@
-"""Loads TensorFlow and Keras on first use, with one clear message when they are missing."""
+"""Loads TensorFlow and Keras on first use, with one clear message when they are missing, and
+reads what the tool needs of TensorFlow's runtime without changing it."""
 
 from __future__ import annotations
 
@@ -53,8 +54,26 @@ def read_losses(values: list[Any]) -> list[float]:
 
 
 def global_seed() -> int | None:
-    """The global seed `tf.random.set_seed` set in this process (eager mode's), or None."""
+    """The global seed `tf.random.set_seed` set in this process (eager mode's), or None.
+
+    Setting it makes TensorFlow's context: where none exists, none was set, and none is made
+    (see `device_settings`)."""
     from tensorflow.python.eager import context
 
+    if context.context_safe() is None:
+        return None
     seed = context.global_seed()
     return None if seed is None else int(seed)
+
+
+def device_settings(private: bool) -> Any:
+    """What the device settings are read from: TensorFlow's context, or with `private` and no
+    context made yet, a context of the tool's own, never made TensorFlow's. It lists the same
+    physical devices, and holds the settings nothing could have changed yet (visible devices
+    and memory growth are set on TensorFlow's context, and setting them makes it)."""
+    from tensorflow.python.eager import context
+
+    existing = context.context_safe()
+    if existing is not None or not private:
+        return context.context()
+    return context.Context()

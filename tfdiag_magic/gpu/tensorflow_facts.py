@@ -6,6 +6,11 @@ used before initialisation only list physical devices and read settings:
 ``tf.config.list_physical_devices``, ``get_visible_devices``, ``experimental.get_memory_growth``,
 ``experimental.get_device_details`` and ``tf.sysconfig.get_build_info``. ``list_logical_devices``
 and ``experimental.get_memory_info`` create the runtime, so they are read only when it exists.
+
+A profiling run reads them without creating even TensorFlow's (uninitialised) context object
+where the code has not made it yet (`device_settings`): while none exists, TensorFlow counts as
+"in graph mode" and prints its deprecation warnings (``deprecated_args``), and a profiled cell
+must print what the plain cell prints.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from ..tf_runtime import device_settings
 from .native_log import capture_native_stderr
 
 # Distributions that install the `tensorflow` module; more than one at once is a broken install.
@@ -135,15 +141,15 @@ def mixed_precision_policy() -> str | None:
     return None
 
 
-def _gpu_facts(tf: ModuleType, device: Any, visible: list[Any]) -> dict[str, Any]:
-    details = tf.config.experimental.get_device_details(device)
+def _gpu_facts(settings: Any, device: Any, visible: list[Any]) -> dict[str, Any]:
+    details = settings.get_device_details(device)
     capability = details.get("compute_capability")
     return {
         "name": device.name,
         "device_type": device.device_type,
         "device_name": details.get("device_name"),
         "compute_capability": [int(capability[0]), int(capability[1])] if capability else None,
-        "memory_growth": tf.config.experimental.get_memory_growth(device),
+        "memory_growth": settings.get_memory_growth(device),
         "visible": device in visible,
     }
 
@@ -186,23 +192,26 @@ def tensorflow_facts(
     }
     facts.update(build_facts(tf))
     first_listing = not physical_devices_listed()
+    settings = device_settings(private=not full)
     if full and first_listing:
         with capture_native_stderr() as captured:
-            physical = tf.config.list_physical_devices()
+            physical = settings.list_physical_devices()
         facts["device_listing_log"] = captured.gpu_lines()
     else:
-        physical = tf.config.list_physical_devices()
+        physical = settings.list_physical_devices()
         facts["device_listing_log"] = None  # listed earlier in this process: TF logged it then
-    visible = tf.config.get_visible_devices()
+    visible = settings.get_visible_devices()
     facts["physical_devices"] = {
         kind: sum(1 for d in physical if d.device_type == kind)
         for kind in sorted({d.device_type for d in physical})
     }
-    facts["gpus"] = [_gpu_facts(tf, d, visible) for d in physical if d.device_type == "GPU"]
+    facts["gpus"] = [_gpu_facts(settings, d, visible) for d in physical if d.device_type == "GPU"]
     facts["mixed_precision_policy"] = mixed_precision_policy()
     keras_version = getattr(sys.modules.get("keras"), "__version__", None)
     facts["keras_version"] = str(keras_version) if keras_version else None
-    facts["jit"] = tf.config.optimizer.get_jit() or "off"
+    # Set on TensorFlow's context only: none made, none set (its reading would make one).
+    own = settings is not sys.modules[_CONTEXT_MODULE].context_safe()
+    facts["jit"] = ("" if own else tf.config.optimizer.get_jit()) or "off"
     # None: not read, because reading them would initialise the runtime.
     facts["logical_gpus"] = _logical_gpus(tf) if initialized else None
     return facts

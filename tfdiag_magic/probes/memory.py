@@ -62,7 +62,8 @@ def gpu_memory_reader(gpu_names: list[str]) -> Callable[[], dict[str, tuple[int,
     devices = [f"GPU:{i}" for i in range(len(gpu_names))]
 
     def read() -> dict[str, tuple[int, int]]:
-        if context.context()._context_handle is None:  # runtime not initialised yet
+        ctx = context.context_safe()  # made by the code, never by the tool (session.py)
+        if ctx is None or ctx._context_handle is None:  # runtime not initialised yet
             return {}
         values: dict[str, tuple[int, int]] = {}
         for device in devices:
@@ -127,7 +128,8 @@ def cpu_tensor_reader() -> Callable[[], int]:
 
     def read() -> int:
         nonlocal heap, tensorflow_counts
-        handle = context.context()._context_handle
+        ctx = context.context_safe()
+        handle = None if ctx is None else ctx._context_handle
         if handle is None:
             return -1
         if tensorflow_counts:

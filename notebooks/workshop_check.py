@@ -135,8 +135,8 @@ EXERCISES: dict[str, Exercise | Reading | JobExercise] = {
     "06-read-the-shape": Exercise(
         run="curve_fit",
         resolves="oom",
-        hint="Read the shape in the error: [524288, 524288] is one number for every pair of "
-        "points. curve(t) has the shape (524288, 1) and signal (524288,); subtracting them "
+        hint="Read the shape in the error: [262144, 262144] is one number for every pair of "
+        "points. curve(t) has the shape (262144, 1) and signal (262144,); subtracting them "
         "broadcasts to a square. Give both the same shape: signal[:, None], or curve(t)[:, 0].",
     ),
     "07-read-the-report": Reading(

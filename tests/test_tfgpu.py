@@ -219,6 +219,7 @@ ip.run_line_magic("tfgpu", "-o r")
 print("ELAPSED", time.perf_counter() - started)
 import tensorflow as tf
 from tensorflow.python.eager import context
+print("NO-CONTEXT", context.context_safe() is None)  # none made: deprecation warnings print
 print("HANDLE", context.context()._context_handle is None)
 cpu = tf.config.list_physical_devices("CPU")[0]
 # raises RuntimeError once the runtime exists: the behaviour %tfgpu must not take away
@@ -230,6 +231,7 @@ print("LOGICAL", len(tf.config.list_logical_devices("CPU")))
 """
     )
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert lines["NO-CONTEXT"] == "True"
     assert lines["HANDLE"] == "True"
     assert lines["STILL-CONFIGURABLE"] == "False"
     assert lines["LOGICAL"] == "2"  # the configuration made after %tfgpu took effect

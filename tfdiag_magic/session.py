@@ -110,7 +110,7 @@ class Session:
         rec.t0_wall = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         try:
             active.claim(rec)  # in the try: an interrupt right after it must release it
-            gpus = [d.name for d in device_settings(private=True).list_physical_devices("GPU")]
+            gpus = [d.name for d in device_settings().list_physical_devices("GPU")]
             self._facts = _environment_facts(tf, gpus)
             self._facts["namespace_modules"] = _namespace_modules(self.namespace)
             probes: list[Probe] = [

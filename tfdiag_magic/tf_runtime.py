@@ -66,14 +66,12 @@ def global_seed() -> int | None:
     return None if seed is None else int(seed)
 
 
-def device_settings(private: bool) -> Any:
-    """What the device settings are read from: TensorFlow's context, or with `private` and no
-    context made yet, a context of the tool's own, never made TensorFlow's. It lists the same
-    physical devices, and holds the settings nothing could have changed yet (visible devices
-    and memory growth are set on TensorFlow's context, and setting them makes it)."""
+def device_settings() -> Any:
+    """What the device settings are read from: TensorFlow's context where the code has made
+    it, else a context of the tool's own, never made TensorFlow's. It lists the same physical
+    devices, and holds the settings nothing could have changed yet (visible devices and memory
+    growth are set on TensorFlow's context, and setting them makes it). While TensorFlow's does
+    not exist, TensorFlow counts as in graph mode and prints its deprecation warnings."""
     from tensorflow.python.eager import context
 
-    existing = context.context_safe()
-    if existing is not None or not private:
-        return context.context()
-    return context.Context()
+    return context.context_safe() or context.Context()

@@ -7,10 +7,10 @@ used before initialisation only list physical devices and read settings:
 ``experimental.get_device_details`` and ``tf.sysconfig.get_build_info``. ``list_logical_devices``
 and ``experimental.get_memory_info`` create the runtime, so they are read only when it exists.
 
-A profiling run reads them without creating even TensorFlow's (uninitialised) context object
-where the code has not made it yet (`device_settings`): while none exists, TensorFlow counts as
-"in graph mode" and prints its deprecation warnings (``deprecated_args``), and a profiled cell
-must print what the plain cell prints.
+They are read without creating even TensorFlow's (uninitialised) context object where the code
+has not made it yet (`device_settings`): while none exists, TensorFlow counts as "in graph
+mode" and prints its deprecation warnings (``deprecated_args``), and a profiled cell, or a
+cell after ``%tfgpu``, must print what it prints without the tool.
 """
 
 from __future__ import annotations
@@ -78,11 +78,16 @@ def runtime_initialized() -> bool | None:
     return handle is not None
 
 
+# Whether these facts have listed the physical devices on a context of their own: TensorFlow
+# logs what it finds (a CUDA library that did not load) on the process's first listing only.
+_listed = False
+
+
 def physical_devices_listed() -> bool:
     """Whether this process has already listed its physical devices (TensorFlow caches it)."""
     context_safe = getattr(sys.modules.get(_CONTEXT_MODULE), "context_safe", None)
     ctx = context_safe() if context_safe is not None else None
-    return ctx is not None and getattr(ctx, "_physical_devices", None) is not None
+    return _listed or (ctx is not None and getattr(ctx, "_physical_devices", None) is not None)
 
 
 def installed_distributions(names: tuple[str, ...]) -> dict[str, str]:
@@ -191,8 +196,10 @@ def tensorflow_facts(
         "initialized": initialized,
     }
     facts.update(build_facts(tf))
+    global _listed
     first_listing = not physical_devices_listed()
-    settings = device_settings(private=not full)
+    settings = device_settings()
+    _listed = True
     if full and first_listing:
         with capture_native_stderr() as captured:
             physical = settings.list_physical_devices()

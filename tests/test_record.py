@@ -21,7 +21,7 @@ from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Kind, Phase, Record
 from tfdiag_magic.recorder import LOSS_BATCH, Recorder
 from tfdiag_magic.report import build_report
 from tfdiag_magic.result import ProfileResult
-from tfdiag_magic.stats import phase_stats, warmup_mask
+from tfdiag_magic.stats import phase_stats, time_split, warmup_mask
 
 N_STEPS = 100_000
 
@@ -269,6 +269,29 @@ def test_a_loop_inside_a_loop_is_not_counted_twice_in_the_loops_time():
     assert loop.count == 6 and loop.warmup_count == 6
     assert loop.total_time == pytest.approx(2.0)
     assert loop.warmup_time == pytest.approx(2.0)
+
+
+def test_time_split_of_loops_alone_counts_every_top_level_loop_once():
+    # A first loop of two 1 s iterations, each holding an inner loop's two 0.3 s iterations
+    # that waited 0.1 s each for their items; then a second top-level loop of one 0.5 s
+    # iteration. The work is the top-level loops' 2.5 s less the inner waits (0.4 s), which
+    # are data wait: not 3.7 s (every row), nor 2 s (the first loop alone).
+    rows = [(0.0, 1.0, 0, -1, 0.0), (0.1, 0.3, 1, 0, 0.1), (0.5, 0.3, 1, 0, 0.1),
+            (1.0, 1.0, 0, -1, 0.0), (1.1, 0.3, 1, 1, 0.1), (1.5, 0.3, 1, 1, 0.1),
+            (2.0, 0.5, 2, -1, 0.0)]  # fmt: skip
+    empty = Record().steps
+    record = Record(wall_time=3.0)
+    record.steps = {name: np.zeros(len(rows), dtype=empty[name].dtype) for name in STEP_COLUMNS}
+    for i, (start, duration, loop, epoch, wait) in enumerate(rows):
+        record.steps["start"][i], record.steps["duration"][i] = start, duration
+        record.steps["loop"][i], record.steps["epoch"][i] = loop, epoch
+        record.steps["data_wait"][i] = wait
+    record.steps["phase"][:] = PHASES.index("loop")
+    record.steps["kind"][:] = KINDS.index("loop")
+    split = time_split(record)
+    assert split.compute == pytest.approx(2.1)
+    assert split.data_wait == pytest.approx(0.4)
+    assert split.other == pytest.approx(0.5)
 
 
 def test_phase_whose_only_step_is_warmup_has_no_steady_median():

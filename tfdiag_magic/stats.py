@@ -196,8 +196,12 @@ def time_split(record: Record) -> TimeSplit:
     else:
         note = ""
     if compute == 0.0 and is_loop.any():
-        # Only loop iterations were recorded: their bodies are the work.
-        compute = float(steps["duration"][is_loop & (steps["loop"] == _outermost(record))].sum())
+        # Only loop iterations were recorded: the outermost loops' bodies are the work, every
+        # top-level loop's. An inner loop's iterations (their rows carry the outer one's index
+        # as epoch) lie inside them, and so do its waits, which are data wait.
+        outer = is_loop & (steps["epoch"] < 0)
+        inner_waits = float(np.nansum(steps["data_wait"][is_loop & ~outer]))
+        compute = float(steps["duration"][outer].sum()) - inner_waits
     compute = max(compute, 0.0)
     other = max(wall - compute - data_wait - tracing - callbacks, 0.0)
     return TimeSplit(wall, compute, data_wait, other, observable, note, tracing, callbacks)
@@ -217,13 +221,6 @@ def _covered_time(starts: np.ndarray, durations: np.ndarray) -> float:
     block_end = np.zeros(block_begin.size)
     np.maximum.at(block_end, block, end)
     return float((block_end - block_begin).sum())
-
-
-def _outermost(record: Record) -> int:
-    steps = record.steps
-    is_loop = steps["kind"] == Kind.LOOP
-    first = np.flatnonzero(is_loop)
-    return int(steps["loop"][first[0]]) if first.size else -1
 
 
 def memory_stats(record: Record) -> MemoryStats:

@@ -159,7 +159,7 @@ def test_input_bound_slow_generator_given_to_fit(img):
         "def batches():\n"
         "    while True:\n"
         "        idx = rng.integers(0, len(images), 16)\n"
-        "        time.sleep(0.01)  # reads the batch from a slow disk\n"
+        "        time.sleep(0.04)  # reads the batch from a slow disk\n"
         "        yield np.stack([images[i] / 255.0 for i in idx]).astype('float32'), labels[idx]\n"
         "model.fit(batches(), steps_per_epoch=30, epochs=1, verbose=0)\n",
     )

@@ -122,11 +122,14 @@ def test_a_search_that_clears_the_session_is_not_called_a_per_step_leak(nb):
     )
     assert_healthy(result, r)
     assert len(r.record.models) == 8
+    # The memory did grow, with the models (a 2-vCPU AMD EPYC: RSS 567 -> 788 MiB, the C heap
+    # 16 MiB more per model) ...
+    rss = r.record.memory["rss"]
+    assert rss[-1] - rss[0] >= 64 * 2**20, listing(r)
+    # ... and is not called a leak per step: flat within each model's own steps, where their
+    # spans are long enough to judge (no note then), else an info note per model.
     growth = [f for f in r.findings if f.code == "host-memory-growth"]
-    assert growth, f"the models' memory was not seen:\n{listing(r)}"
-    assert growth[0].severity == "info"
-    assert growth[0].evidence["models_built_while_growing"] >= 5
-    assert "per model" in growth[0].detail
+    assert all(f.severity == "info" and "per model" in f.detail for f in growth), listing(r)
 
 
 def test_gan_with_two_optimizers_in_one_compiled_step(nb):

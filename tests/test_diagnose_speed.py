@@ -4,11 +4,16 @@ model-rebuilt-in-loop, progressive-slowdown."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
 from tests.helpers import profiled
+from tfdiag_magic.diagnose import progressive_slowdown
+from tfdiag_magic.record import Kind, Phase, Record
+from tfdiag_magic.recorder import Recorder
 
 MIB = 1 << 20
 
@@ -468,3 +473,38 @@ def test_retracing_rewrite_for_a_cell_that_imports_nothing(ip):
     assert f.rewrite is not None, f
     assert "tf.constant(0.1 * (step + 1))" in f.rewrite
     assert r.record.facts["namespace_modules"]["tf"] == "tensorflow"
+
+
+# -- progressive-slowdown: what a busy machine can make ------------------------------------
+
+
+def _rising_steps(ratio: float, source: str) -> Record:
+    """200 training steps whose time rises steadily from 1 ms to `ratio` ms, both halves
+    rising: the shape of CI's false alarm (a healthy `fit` read 2.34× beside a neighbour)."""
+    rec = Recorder(memory_interval=3600)
+    rec.source = source
+    t = rec.t0
+    for i in range(200):
+        duration = 0.001 * (1 + (ratio - 1) * i / 199)
+        rec.add_step(Phase.of("train"), Kind.MARKER, t, t + duration, math.nan, -1, False)
+        t += duration + 0.0002
+    return rec.finish()
+
+
+HEALTHY_LOOP = (
+    "for xb, yb in train:\n    loss = train_step(xb, yb)\n    losses.append(float(loss))\n"
+)
+GROWING_LOOP = (
+    "for xb, yb in train:\n    out = train_step(xb, yb)\n    kept = tf.concat([kept, out], 0)\n"
+)
+
+
+def test_a_rise_a_busy_machine_can_make_is_no_slowdown_without_a_cause():
+    assert progressive_slowdown.check(_rising_steps(2.4, HEALTHY_LOOP), HEALTHY_LOOP) is None
+    found = progressive_slowdown.check(_rising_steps(4.0, HEALTHY_LOOP), HEALTHY_LOOP)
+    assert found is not None and found.evidence["ratio"] >= 3
+
+
+def test_a_rise_beside_a_value_the_loop_grows_is_a_slowdown_from_2x():
+    found = progressive_slowdown.check(_rising_steps(2.4, GROWING_LOOP), GROWING_LOOP)
+    assert found is not None and 2 <= found.evidence["ratio"] < 3

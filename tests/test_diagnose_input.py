@@ -685,6 +685,32 @@ def test_dataset_structure_is_read_without_taking_an_element(ip):
     assert len(list(ds.as_numpy_iterator())) == 2 and pulled == [0, 1, 2, 3]  # still all there
 
 
+def test_maps_the_library_made_are_not_named_as_the_codes_to_parallelise(ip):
+    import tensorflow as tf
+
+    from tfdiag_magic.diagnose.dataset_facts import sequential, where
+    from tfdiag_magic.probes.dataset_structure import note_dataset
+    from tfdiag_magic.recorder import Recorder
+
+    def scale(v):
+        return v * 2
+
+    # `sample_from_datasets` adds a map of its own (`select_dataset_constant_logits`); a
+    # library function the code maps itself stays the code's.
+    mixed = tf.data.Dataset.sample_from_datasets(
+        [tf.data.Dataset.range(8).map(scale), tf.data.Dataset.range(8).map(tf.math.negative)],
+        seed=1,
+    )
+    rec = Recorder()
+    note_dataset(rec, mixed, "fit")
+    (structure,) = rec.datasets
+    by_function = {s.function: s for s in structure.stages if s.function}
+    assert by_function["select_dataset_constant_logits"].library
+    assert not by_function["scale"].library and not by_function["neg"].library
+    assert sequential(structure) == (("map", "neg"), ("map", "scale"))
+    assert "`select_dataset_constant_logits`, made by the library" in where(structure)
+
+
 def recorded_fit(*stages):
     """A recorded fit on a tf.data dataset whose steps waited 2/3 of the time, with what the
     run read of the dataset (as a session writes them)."""

@@ -287,6 +287,9 @@ class DatasetStage:
     random: bool = False  # its function draws random numbers (an augmentation)
     reads_files: tuple[str, ...] = ()  # file-reading ops it runs ("ReadFile", "TFRecordDataset")
     to_file: bool = False  # a cache to a file rather than to memory
+    # Its function is TensorFlow's or Keras' own (the map `sample_from_datasets` adds, a
+    # utility's loader), not one the code wrote: nothing the user could pass options to.
+    library: bool = False
 
 
 @dataclass(frozen=True)

@@ -71,11 +71,12 @@ def cached(structure: DatasetStructure) -> bool:
 
 
 def sequential(structure: DatasetStructure) -> tuple[tuple[str, str], ...]:
-    """(method, function) of the maps and interleaves that run one element at a time."""
+    """(method, function) of the code's own maps and interleaves that run one element at a
+    time (not TensorFlow's or Keras' internal ones: the code cannot give them options)."""
     found = {
         (_SEQUENTIAL[s.kind], s.function)
         for s in structure.stages
-        if s.kind in _SEQUENTIAL and not s.parallel and s.function
+        if s.kind in _SEQUENTIAL and not s.parallel and s.function and not s.library
     }
     return tuple(sorted(found))
 
@@ -103,6 +104,8 @@ def _describe(stage: DatasetStage) -> str:
         return "a Python generator (`Dataset.from_generator`), one element at a time"
     if method:
         name = "of a lambda" if stage.function in ("", "lambda") else f"`{stage.function}`"
+        if stage.library:
+            name += ", made by the library"
         parts = ["in parallel" if stage.parallel else "one element at a time"]
         if stage.python:
             parts.append("runs Python through `tf.py_function`/`numpy_function`")

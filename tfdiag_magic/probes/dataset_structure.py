@@ -11,7 +11,12 @@ serialised (`DatasetToGraphV2` would copy the arrays a `from_tensor_slices` hold
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 import re
+import sys
+import types
 import weakref
 from time import perf_counter
 from typing import Any
@@ -134,10 +139,12 @@ def _stage(dataset: Any, depth: int, branch: bool) -> DatasetStage:
         functions = list(dataset._functions())
     except Exception:
         functions = []
+    library = False
     for index, wrapper in enumerate(functions):
         name, ops = _function_ops(wrapper)
         if index == 0:
             function = name
+            library = _library_function(getattr(wrapper, "_func", None))
         stateful = stateful or any(_stateful(op) for op in ops)
         python = python or bool(ops & _PYTHON_OPS)
         random = random or any(_random(op) for op in ops)
@@ -155,7 +162,37 @@ def _stage(dataset: Any, depth: int, branch: bool) -> DatasetStage:
         random=random,
         reads_files=tuple(sorted(reads)),
         to_file=kind == "CacheDataset" and bool(_tensor_value(dataset, "_filename", b"")),
+        library=library,
     )
+
+
+def _library_function(func: Any) -> bool:
+    """Whether a dataset function is one TensorFlow or Keras made while building the
+    pipeline: a function defined inside a function of their own code (the map
+    `sample_from_datasets` adds, a loader lambda of `image_dataset_from_directory`). A library
+    function the code passed itself (`ds.map(tf.image.per_image_standardization)`), or a
+    callable object (a Keras layer), is the code's own choice."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    if not isinstance(func, types.FunctionType):
+        return False
+    func = inspect.unwrap(func)
+    code = getattr(func, "__code__", None)
+    return (
+        code is not None
+        and "<locals>" in getattr(func, "__qualname__", "")
+        and code.co_filename.startswith(_library_dirs())
+    )
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The folders of TensorFlow's and Keras' packages, as loaded."""
+    found = []
+    for name in ("tensorflow", "keras", "tf_keras"):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            found.append(os.path.dirname(path) + os.sep)
+    return tuple(found)
 
 
 def _function_ops(wrapper: Any) -> tuple[str, set[str]]:

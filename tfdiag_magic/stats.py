@@ -16,6 +16,10 @@ import numpy as np
 from .record import PHASES, Kind, Record
 
 _LOOP = PHASES.index("loop")
+# A gap between two steps of a phase longer than this many times their median gap is a pause
+# (an epoch's end, validation, a checkpoint, another phase's steps), left out of the phase's
+# steps per second; a comparison's step interval leaves such gaps out too.
+PAUSE_FACTOR = 5.0
 
 
 @dataclass
@@ -31,7 +35,7 @@ class PhaseStats:
     warmup_time: float
     total_time: float  # seconds inside the steps
     span: float  # seconds from the first step's start to the last step's end
-    steps_per_second: float | None  # count / span
+    steps_per_second: float | None  # count / the span less its pauses (`paused_time`)
     data_wait: float | None  # seconds of input wait attributed to these steps; None: not seen
     callback_time: float
     eager_steps: int
@@ -79,14 +83,37 @@ def warmup_mask(record: Record) -> np.ndarray:
     return mask
 
 
+def typical_gap(starts: np.ndarray) -> float:
+    """The median start-to-start seconds of steps in time order (0 for fewer than two)."""
+    return float(np.median(np.diff(starts))) if starts.size > 1 else 0.0
+
+
+def paused_time(gaps: np.ndarray, typical: float) -> float:
+    """Seconds of pauses among start-to-start `gaps`: each gap longer than `PAUSE_FACTOR`
+    times the `typical` one counts its time beyond a typical gap."""
+    if typical <= 0 or gaps.size == 0:
+        return 0.0
+    long = gaps[gaps > PAUSE_FACTOR * typical]
+    return float((long - typical).sum())
+
+
 def step_numbers(
-    durations: np.ndarray, warm: np.ndarray, starts: np.ndarray, waits: np.ndarray
+    durations: np.ndarray,
+    warm: np.ndarray,
+    starts: np.ndarray,
+    waits: np.ndarray,
+    typical: float | None = None,
 ) -> dict[str, Any]:
     """The numbers of a set of steps (one phase's, of a run or of a window of it): counts, the
     steady steps' median, p90 and mean (warm-up left out), time inside the steps, the span from
-    the first start to the last end, steps per second over it, and the input wait where seen."""
+    the first start to the last end, steps per second over it less its pauses (an epoch's end,
+    validation, another phase's steps: `paused_time`, by the `typical` gap, the steps' own
+    median gap when not given), and the input wait where seen."""
     steady = durations[~warm]
     span = float((starts + durations).max() - starts.min())
+    if typical is None:
+        typical = typical_gap(starts)
+    active = span - paused_time(np.diff(starts), typical)
     seen = ~np.isnan(waits)
     return {
         "count": int(durations.size),
@@ -97,7 +124,7 @@ def step_numbers(
         "warmup_count": int(warm.sum()),
         "total_time": float(durations.sum()),
         "span": span,
-        "steps_per_second": durations.size / span if span > 0 else None,
+        "steps_per_second": durations.size / active if active > 0 else None,
         "data_wait": float(waits[seen].sum()) if seen.any() else None,
     }
 
@@ -131,6 +158,8 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
                 numbers["data_wait"] = record.phase_total("data_wait", name)
             callback_time = record.phase_total("callback_time", name)
             eager_steps = int(record.phase_total("eager", name))
+            # The rows left out lie between those kept: the gap they leave is no pause, and
+            # the rate is over the whole span.
             span = numbers["span"]
             numbers.update(count=count, steps_per_second=count / span if span > 0 else None)
         result[name] = PhaseStats(

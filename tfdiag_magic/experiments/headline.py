@@ -22,7 +22,7 @@ import numpy as np
 
 from ..findings import Finding
 from ..record import KINDS, Phase, Record
-from ..stats import memory_stats, time_split, warmup_mask
+from ..stats import PAUSE_FACTOR, memory_stats, time_split, warmup_mask
 from ..timeline import step_timeline
 
 
@@ -41,7 +41,6 @@ def finished_record(run: Run) -> Record:
     return run.record
 
 
-PAUSE_FACTOR = 5.0
 PHASE_PREFERENCE = ("train", "eval", "predict", "function", "loop")
 
 

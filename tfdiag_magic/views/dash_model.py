@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..record import PHASES, Phase, Record
-from ..stats import step_numbers, warmup_mask
+from ..stats import paused_time, step_numbers, typical_gap, warmup_mask
 
 
 @dataclass
@@ -146,7 +146,9 @@ def window_stats(series: StepSeries, lo: int, hi: int) -> dict[str, Any]:
     for code, name in enumerate(PHASES):
         mine = phase == code
         if mine.any():
-            numbers = step_numbers(duration[mine], warm[mine], start[mine], wait[mine])
+            # Pauses are judged by the phase's typical gap over the whole run, not the window's.
+            typical = typical_gap(series.start[series.phase == code])
+            numbers = step_numbers(duration[mine], warm[mine], start[mine], wait[mine], typical)
             numbers["max"] = float(duration[mine].max())
             result["phases"][name] = numbers
     result.update(_memory_peaks(series, lo, hi))
@@ -185,6 +187,8 @@ class _PhaseRows:
         self.duration = series.duration[self.pos]
         self.start = series.start[self.pos]
         self.end = self.start + self.duration
+        self.gaps = np.diff(self.start)  # gaps[i]: from row i's start to row i + 1's
+        self.typical = typical_gap(self.start)
         steady = ~series.warm[self.pos]
         self.steady_at = np.flatnonzero(steady)  # indices into this phase's arrays
         self.steady = self.duration[steady]
@@ -213,6 +217,7 @@ class _PhaseRows:
         median, p90 = self._median_p90(sa, sb)
         durations = self.duration[a:b]
         span = last - first
+        active = span - paused_time(self.gaps[a : b - 1], self.typical)
         if self.wait_at is None:
             waits = self.waits[a:b]
         else:
@@ -228,7 +233,7 @@ class _PhaseRows:
             "warmup_count": count - int(steady.size),
             "total_time": float(durations.sum()),
             "span": span,
-            "steps_per_second": count / span if span > 0 else None,
+            "steps_per_second": count / active if active > 0 else None,
             "data_wait": float(waits.sum()) if waits.size else None,
             "max": float(durations.max()),
         }

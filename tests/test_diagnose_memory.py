@@ -4,11 +4,13 @@ memory fills once (a dataset cache) or stays flat, which must stay silent."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.diagnosis_support import assert_silent, listing, problems, the
@@ -16,6 +18,8 @@ from tests.helpers import profiled, profiled_script
 from tfdiag_magic.diagnose import host_memory_growth
 from tfdiag_magic.diagnose.growth import is_steady_rise, steady_growth
 from tfdiag_magic.probes import memory
+from tfdiag_magic.record import Kind, Phase, Record
+from tfdiag_magic.recorder import Recorder
 
 MIB = 1 << 20
 # The host memory series a run records: RSS and the CPU allocator's bytes in use.
@@ -351,3 +355,72 @@ def test_leaking_cell_run_a_second_time_without_onednn_allocator_statistics():
     _, severity, ev = found[0]
     assert severity == "warning"
     assert 0.5 * per_step <= ev["bytes_per_step"] <= 2 * per_step, (ev, per_step)
+
+
+# -- RSS that rises with nothing kept: freed memory the allocators hold ------------------------
+
+
+def _rss_rising_record(heap_step: int, blocks_step: int, counted_by: str) -> Record:
+    """300 steps of one span; RSS rises 1 MiB a step (as the keras-io autoencoder's first
+    epochs did), the C heap's bytes in use and Python's blocks by what is given."""
+    rec = Recorder(memory_interval=3600)
+    rec.t0 -= 4.0  # the steps lie in the past: the last sample, taken by finish, after them
+    t = rec.t0
+    rss, heap, blocks = [], [], []
+    for i in range(300):
+        rec.add_step(Phase.of("train"), Kind.MARKER, t, t + 0.01, math.nan, 0, False)
+        t += 0.011
+        if i % 5 == 4:
+            rec.sample_memory(t)
+            rss.append(500 * MIB + i * MIB)
+            heap.append(200 * MIB + i * heap_step)
+            blocks.append(400_000 + i * blocks_step)
+    record = rec.finish()
+    samples = record.memory["time"].size
+    record.memory["rss"] = np.array([rss[0]] * (samples - len(rss)) + rss, dtype=np.int64)
+    record.memory["cpu_tensors"] = np.array([heap[0]] * (samples - len(heap)) + heap)
+    record.memory["python_blocks"] = np.array([blocks[0]] * (samples - len(blocks)) + blocks)
+    record.facts["cpu_tensors_counted_by"] = counted_by
+    return record
+
+
+def test_rss_rising_while_the_heap_and_python_objects_stay_flat_is_an_info_note():
+    f = host_memory_growth.check(_rss_rising_record(0, 0, "heap"), None)
+    assert f is not None and f.severity == "info" and f.rewrite is None
+    assert f.title.startswith("Process memory grew") and "bytes in use did not" in f.title
+    assert f.evidence["heap_in_use_growth_bytes"] == 0
+    assert "MALLOC_ARENA_MAX" in f.fix
+
+
+def test_rss_rising_with_the_heap_or_python_objects_is_a_warning():
+    # Tensors or arrays kept: the heap rises with RSS.
+    f = host_memory_growth.check(_rss_rising_record(MIB // 2, 0, "heap"), None)
+    assert f is not None and f.severity == "warning"
+    # Python objects kept (floats in lists: pymalloc's arenas are not the C heap's).
+    f = host_memory_growth.check(_rss_rising_record(0, 2000, "heap"), None)
+    assert f is not None and f.severity == "warning"
+    # TensorFlow's own allocator count sees tensors alone: a flat one proves nothing.
+    f = host_memory_growth.check(_rss_rising_record(0, 0, "tensorflow"), None)
+    assert f is not None and f.severity == "warning"
+
+
+PYTHON_FLOATS_KEPT = LOSS_STEP + (
+    "inputs_seen = []\n"
+    "for epoch in range(4):\n"
+    "    for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):\n"
+    "        loss = train_step(xb, yb)\n"
+    "        inputs_seen.extend(xb.numpy().ravel().tolist())  # 16,384 Python floats a step\n"
+)
+
+
+def test_python_objects_kept_every_step_stay_a_warning(wide):
+    # Python floats live in Python's own arenas, not the C heap (only the list's pointers
+    # are there): RSS rises several times faster than the heap's bytes in use, and Python's
+    # blocks tell that the code keeps them.
+    result, r = profiled(wide, PYTHON_FLOATS_KEPT)
+    assert result.success
+    f = the(r, "host-memory-growth")
+    assert f.severity == "warning", listing(r)
+    assert "heap_in_use_growth_bytes" not in f.evidence
+    blocks = r.record.memory["python_blocks"]
+    assert blocks[-1] - blocks[0] >= 4 * 64 * 16_000  # a block for each float kept

@@ -250,6 +250,9 @@ class Recorder:
         self.mem_time = array("d")
         self.mem_rss = array("q")
         self.mem_tensors = array("q")  # bytes TensorFlow's CPU allocator has in use
+        # Blocks Python's own allocator has handed out (`sys.getallocatedblocks`, about a
+        # microsecond): Python objects, whose arenas neither count above sees.
+        self.mem_python_blocks = array("q")
         # Where the profiled code was at each sample: the line of its innermost frame on the
         # sampling thread's stack (-1: none). `code_file` is the filename the code was
         # compiled under (a cell's, a script's path); None: lines are not looked for.
@@ -864,6 +867,7 @@ class Recorder:
         self.mem_time.append(now - self.t0)
         self.mem_rss.append(self.rss_reader() if self.rss_reader else -1)
         self.mem_tensors.append(self.tensor_reader() if self.tensor_reader else -1)
+        self.mem_python_blocks.append(sys.getallocatedblocks())
         self.mem_line.append(self.user_line())
         if self.gpu_reader is not None:
             for device, (current, peak) in self.gpu_reader().items():
@@ -987,6 +991,8 @@ class Recorder:
             "rss": np.array(self.mem_rss, dtype=np.int64),
             # bytes of tensors held by TensorFlow's CPU allocator; -1 where not known
             "cpu_tensors": np.array(self.mem_tensors, dtype=np.int64),
+            # blocks handed out by Python's object allocator (small objects)
+            "python_blocks": np.array(self.mem_python_blocks, dtype=np.int64),
         }
         # the line of the profiled code running at each sample (see `user_line`); -1: none
         memory["line"] = np.array(self.mem_line, dtype=np.int32)

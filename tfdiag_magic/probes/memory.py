@@ -116,7 +116,18 @@ def heap_bytes_reader() -> Callable[[], int] | None:
     return read
 
 
-def cpu_tensor_reader() -> Callable[[], int]:
+class CpuTensorReader:
+    """Reads the `cpu_tensors` measure (`cpu_tensor_reader`) and says which count it read."""
+
+    def __init__(self) -> None:
+        self.read = cpu_tensor_reader(self)
+        self.counted_by: str | None = None  # "tensorflow" or "heap" once read
+
+    def __call__(self) -> int:
+        return self.read()
+
+
+def cpu_tensor_reader(said: CpuTensorReader | None = None) -> Callable[[], int]:
     """Bytes in use by the allocator TensorFlow's CPU tensors come from: TensorFlow's own
     count where its allocator keeps one, else the C heap's bytes in use (see the module's
     docstring); -1 before the runtime is up, or where neither can be read."""
@@ -143,9 +154,13 @@ def cpu_tensor_reader() -> Callable[[], int]:
             value = tf_cpu_allocator_bytes()
             if value is not None:
                 tensorflow_counts = True
+                if said is not None:
+                    said.counted_by = "tensorflow"
                 return value
             tensorflow_counts = False
             heap = heap_bytes_reader()
+            if said is not None and heap is not None:
+                said.counted_by = "heap"
         return heap() if heap is not None else -1
 
     return read
@@ -157,11 +172,13 @@ class MemoryProbe:
     def __init__(self, gpu_names: list[str]) -> None:
         self._gpu_names = gpu_names
         self._rec: Recorder | None = None
+        self._tensors: CpuTensorReader | None = None
 
     def install(self, recorder: Recorder) -> None:
         self._rec = recorder
         recorder.rss_reader = host_rss_reader()
-        recorder.tensor_reader = cpu_tensor_reader()
+        self._tensors = CpuTensorReader()
+        recorder.tensor_reader = self._tensors
         if self._gpu_names:
             recorder.gpu_reader = gpu_memory_reader(self._gpu_names)
         recorder.sample_memory()
@@ -172,4 +189,8 @@ class MemoryProbe:
         self._rec = None
 
     def finish(self, record: Record) -> None:
-        """Nothing left to add: the samples are the recorder's (`Record.memory`)."""
+        """The samples are the recorder's (`Record.memory`); this adds which count the
+        `cpu_tensors` series is (``facts["cpu_tensors_counted_by"]``: "tensorflow", its
+        allocator's own, or "heap", the C heap's bytes in use), where it was read."""
+        if self._tensors is not None and self._tensors.counted_by is not None:
+            record.facts["cpu_tensors_counted_by"] = self._tensors.counted_by

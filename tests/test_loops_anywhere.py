@@ -7,7 +7,7 @@ the command line's path (`cli.profile_script`, in this process, as test_faithful
 `cli.main`). With a healthy pipeline and with an input-bound one (a ``tf.py_function`` that
 sleeps 60 ms per batch, 16 batches an epoch, 3 epochs) the five get the same finding codes; the
 input-bound runs' data-wait shares are within 10 points of each other (see `_wait_shares` for
-which share) and their data wait in seconds within 10 %; the healthy runs' shares are all
+which share) and their data wait in seconds within 20 %; the healthy runs' shares are all
 small. The first four record the loop's own rows;
 the imported module's loop is not rewritten, and its wait is timed in the tf.data iterator's
 next().
@@ -154,8 +154,11 @@ def test_the_same_training_written_five_ways_gets_the_same_diagnosis(tmp_path, w
         assert "input-bound" in codes["top level"], summary
         shares = [steady for _, _, steady in waits.values()]
         assert min(shares) >= 0.6 and max(shares) - min(shares) <= 0.10, summary
+        # A way that missed the waits of one epoch in three would read a third less. Each of the
+        # 48 waits ends in a wake-up that may wait for a CPU: beside CI's other worker on a
+        # 2-vCPU AMD EPYC, one way read 2.57 s against the others' 2.33-2.45 s (1.10×).
         seconds = [wait for wait, _, _ in waits.values()]
-        assert max(seconds) <= 1.10 * min(seconds), summary
+        assert max(seconds) <= 1.2 * min(seconds), summary
     else:
         assert "input-bound" not in codes["top level"], summary
         # A healthy pipeline's wait is a few per cent of the run however the loop is written:

@@ -285,10 +285,8 @@ def check(record: Record, source: str | None) -> Finding | None:
             "Keep Python numbers rather than tensors in lists (`float(loss)`), and do not"
             " create tf.functions, models or layers per step."
         )
-    held = _freed_memory_held(
-        record, measure, growth, spans if within_spans else [(-np.inf, np.inf)]
-    )
-    if held is not None and not kernel_calls:
+    judged = spans if within_spans else [(-np.inf, np.inf)]
+    if not kernel_calls and _freed_memory_held(record, measure, growth, judged):
         return None  # freed memory the allocators hold: nothing the code keeps
     finding = Finding(
         code=CODE,
@@ -317,27 +315,21 @@ def check(record: Record, source: str | None) -> Finding | None:
 
 def _freed_memory_held(
     record: Record, measure: str, growth: Growth, spans: list[tuple[float, float]]
-) -> dict[str, float] | None:
-    """Where RSS rose and the C heap's bytes in use (the `cpu_tensors` series where TensorFlow
-    keeps no count of its own) and Python's objects did not, within the same spans: evidence
-    that nothing is kept, the allocators holding pages freed and reused (their warm-up,
-    fragmentation across threads). None where that cannot be told."""
+) -> bool:
+    """Whether RSS rose and the C heap's bytes in use (the `cpu_tensors` series where
+    TensorFlow keeps no count of its own) and Python's objects did not, within the same spans:
+    nothing is kept, the allocators hold pages freed and reused (their warm-up, fragmentation
+    across threads). False where that cannot be told."""
     if measure != "rss" or record.facts.get("cpu_tensors_counted_by") != "heap":
-        return None
+        return False
     blocks = record.memory.get("python_blocks")
     heap = growth_within(record, record.memory["cpu_tensors"], spans)
     python = growth_within(record, blocks, spans) if blocks is not None else None
     if heap is None or python is None:
-        return None
-    # At most a quarter of the rise, Python's blocks counted at their largest size.
-    if heap.total > HELD_SHARE * growth.total:
-        return None
-    if python.total * PYTHON_BLOCK_MAX > HELD_SHARE * growth.total:
-        return None
-    return {
-        "heap_in_use_growth_bytes": rounded(heap.total),
-        "python_blocks_growth": rounded(python.total),
-    }
+        return False
+    # Neither explains a quarter of the rise, Python's blocks counted at their largest size.
+    share = HELD_SHARE * growth.total
+    return heap.total <= share and python.total * PYTHON_BLOCK_MAX <= share
 
 
 def _busiest_loop(record: Record, start: float, end: float) -> str:

@@ -117,14 +117,12 @@ def heap_bytes_reader() -> Callable[[], int] | None:
 
 
 class CpuTensorReader:
-    """Reads the `cpu_tensors` measure (`cpu_tensor_reader`) and says which count it read."""
+    """Reads the `cpu_tensors` measure (`read`, from `cpu_tensor_reader`) and says which count
+    it read."""
 
     def __init__(self) -> None:
         self.read = cpu_tensor_reader(self)
         self.counted_by: str | None = None  # "tensorflow" or "heap" once read
-
-    def __call__(self) -> int:
-        return self.read()
 
 
 def cpu_tensor_reader(said: CpuTensorReader | None = None) -> Callable[[], int]:
@@ -178,7 +176,7 @@ class MemoryProbe:
         self._rec = recorder
         recorder.rss_reader = host_rss_reader()
         self._tensors = CpuTensorReader()
-        recorder.tensor_reader = self._tensors
+        recorder.tensor_reader = self._tensors.read
         if self._gpu_names:
             recorder.gpu_reader = gpu_memory_reader(self._gpu_names)
         recorder.sample_memory()

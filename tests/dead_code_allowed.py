@@ -23,8 +23,6 @@ PhaseStats.steps_per_second
 PhaseStats.total_time
 TimeSplit.data_wait_note
 LoopInfo.rows_dropped
-# probes/keras_calls.py: holds the retired iterator so that it is not freed mid-step.
-_._retired
 # probes/loops.py: LoopHooks holds the rewritten module's code (its constants hold the
 # top-level functions' code objects, whose reference counts it compares after the run).
 _._code

@@ -207,7 +207,7 @@ def test_input_bound_fit_on_short_epochs_of_a_dataset_of_unknown_length(ip):
     # tf.data's data-performance guide's naive pipeline: a generator that takes 20 ms a batch,
     # through `from_generator` (its length unknown to tf.data), 30 batches an epoch. No step
     # is told it is an epoch's last, and no epoch reaches the meter's 64 batches: each epoch
-    # is read when the next one's iterator begins, the last when fit ends.
+    # is read at its end, while fit still holds its iterator.
     result, r = profiled(
         ip,
         "import time, numpy as np, tensorflow as tf, keras\n"

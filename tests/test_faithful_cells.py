@@ -475,6 +475,57 @@ def test_iterators_left_half_consumed_give_the_same_next_element(ip, capsys):
     assert_same(plain, profiled)
 
 
+# How many tf.data iterators are alive as each epoch's first step begins: a tool that held the
+# previous epoch's iterator would keep its buffers (a shuffle buffer) beside the new one's.
+LIVE_ITERATORS_CELL = (
+    SEED
+    + """\
+import gc
+from tensorflow.python.data.ops.iterator_ops import OwnedIterator
+def live_iterators():
+    return sum(isinstance(o, OwnedIterator) for o in gc.get_objects())
+class CountIterators(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.counts = []
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 0:
+            self.counts.append(live_iterators())
+x = np.ones((96, 4), "float32")
+known = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).shuffle(96).batch(8)
+unknown = known.filter(lambda a, b: True)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+known_counts, unknown_counts = CountIterators(), CountIterators()
+model.fit(known, epochs=3, verbose=0, callbacks=[known_counts])
+model.fit(unknown, epochs=3, verbose=0, callbacks=[unknown_counts])
+optimizer = keras.optimizers.SGD(0.01)
+@tf.function
+def train_step(iterator):
+    a, b = next(iterator)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(a) - b) ** 2)
+    weights = model.trainable_variables
+    optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
+    return loss
+loop_counts = []
+for epoch in range(3):
+    iterator = iter(known)
+    loop_counts.append(live_iterators())
+    for _ in range(5):
+        train_step(iterator)
+known_seen, unknown_seen = known_counts.counts, unknown_counts.counts
+"""
+)
+
+
+def test_each_epochs_iterator_is_let_go_where_a_plain_run_lets_it_go(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, LIVE_ITERATORS_CELL)
+    assert plain.names["known_seen"][1] == [1, 1, 1], plain.names["known_seen"]
+    assert plain.names["loop_counts"][1] == [1, 1, 1], plain.names["loop_counts"]
+    assert_same(plain, profiled)
+
+
 # Keras prefetches from a generator, so how far it reads ahead of the last step depends on
 # timing even in plain runs: the generators here are finite, read to their end, and count only
 # what they yield. `opened` counts how often tf.data started the generator: once per epoch.

@@ -9,6 +9,7 @@ guides write it; `probes/tf_functions.py`).
 
 from __future__ import annotations
 
+import weakref
 from array import array
 from typing import Any
 
@@ -34,20 +35,28 @@ class InputWaitMeter:
     is the cycle's length minus its elements' gaps (tracing and callbacks fall in both). The
     model is read every 64 elements and at the end of each epoch, at a step's end (or, where
     the dataset's length is unknown, when the next epoch's iterator begins), never while a
-    ``GetNext`` could be running. An iterator's first two steps are not measured: the first
+    ``GetNext`` could be running. The meter holds its iterators weakly: an iterator dies where it
+    would without the tool (with its buffers: a shuffle buffer held one step longer would raise
+    the memory peak that the tool measures), and what was not read by then is not measured.
+    An iterator's first two steps are not measured: the first
     element has no gap, and the second's gap holds the rest of the first step, whose work after
     its batch arrived is not a steady step's (the first execution of a traced function creates
     variables); so the wait for an epoch's first batch is not in this measure.
     """
+
+    # Steps of an iterator before its first read of the model, doubled after each read up to
+    # `_READ_EVERY`: where no step is told that an epoch ends (a function given the iterator),
+    # an iterator the code drops unread is lost, and an epoch of 50 steps would never be read.
+    FIRST_READ = _READ_EVERY
 
     def __init__(self) -> None:
         self.wait = 0.0  # seconds the measured cycles' GetNext calls blocked
         self.span = 0.0  # seconds of the measured cycles
         self.elements = 0  # elements those cycles consumed
         self.reads = 0
-        self._iterator: Any = None
-        self._owned: Any = None
-        self._retired: Any = None
+        self._iterator: Any = None  # the iterator measured: a weak reference, or None
+        self._owned: Any = None  # a weak reference to its tf.data iterator, None if unmeasured
+        self._read_at = self.FIRST_READ
         self._anchor: float | None = None
         # The end and the steps of each cycle since the last read, in slots written by index
         # (a step appends nothing): `_n` of them are used, at most _READ_EVERY.
@@ -66,44 +75,47 @@ class InputWaitMeter:
 
     def begin(self, iterator: Any) -> None:
         """A training step is about to run on `iterator` (a new one starts a new measure)."""
-        if iterator is self._iterator:
+        previous = self._iterator
+        if previous is not None and previous() is iterator:
             return
-        if self._owned is not None and self._n:
-            # The previous iterator's cycles since its last read: an epoch of a dataset whose
-            # length tf.data does not know ends when it runs out, with no step told it was the
-            # last, so an epoch shorter than `_READ_EVERY` would never be read. It is spent and
-            # no step runs now: nothing is taking an element from it.
-            self._read()
-        if self._iterator is not None and self.first_epoch is None:
+        # The previous iterator's cycles since its last read, where it still lives: no step
+        # runs now, so nothing is taking an element from it.
+        self.epoch_over()
+        if previous is not None and self.first_epoch is None:
             self.first_epoch = (self.wait, self.span, self.elements)
-        # The last reference to the previous epoch's iterator may be this meter's: dropping it
-        # here would destroy the iterator (tens to hundreds of ms) inside the step being timed.
-        # It is dropped in `step_done`, once the step and its callbacks are measured.
-        self._retired = (self._iterator, self._owned)
-        self._iterator = iterator
-        self._owned = _owned_iterator(iterator) if iterator is not None else None
+        self._iterator = _weak(iterator) if iterator is not None else None
+        owned = _owned_iterator(iterator) if iterator is not None else None
+        self._owned = _weak(owned) if owned is not None else None
+        self._read_at = self.FIRST_READ
         self._anchor = None
         self._n = 0
         self._pending = 0
         self._consumed = 0
         self._extra = None
 
-    def flush(self) -> None:
-        """Read the model for the cycles since the last read (the run is over: no ``GetNext``
-        is running), then drop the references to the user's iterator."""
+    def epoch_over(self) -> None:
+        """Read the model for the cycles since the last read, where the iterator still lives
+        (an epoch is over, or the run: no ``GetNext`` is running). The measure is the tool's
+        business, never the call's: a read that fails ends it."""
         if self._owned is not None and self._n:
-            self._read()
+            try:
+                self._read()
+            except Exception:
+                self._owned = None
+
+    def flush(self) -> None:
+        """Read the cycles since the last read (the run is over), then forget the iterator."""
+        self.epoch_over()
         self.release()
 
     def release(self) -> None:
-        """Drop the references to the user's iterator."""
-        self._iterator = self._owned = self._retired = None
+        """Forget the user's iterator."""
+        self._iterator = self._owned = None
         self._n = 0
 
     def step_done(self, end: float, fused: int, last_of_epoch: bool) -> None:
         """A training step of `fused` steps ended at `end` (the hot path: a cycle inside an
         epoch is noted in two slots; the model is read every `_READ_EVERY` steps)."""
-        self._retired = None  # the previous iterator goes now, outside any timed span
         self.steps += fused
         if self._owned is None:
             return
@@ -114,7 +126,7 @@ class InputWaitMeter:
             self._fused[n] = fused
             self._n = n = n + 1
             self._pending = pending = self._pending + fused
-            if pending >= _READ_EVERY or n == _READ_EVERY:
+            if pending >= self._read_at or n == _READ_EVERY:
                 self._read()
             return
         self._cycle_edge(end, fused, last_of_epoch)
@@ -134,14 +146,19 @@ class InputWaitMeter:
         self._fused[n] = fused
         self._n = n + 1
         self._pending += fused
-        if self._pending >= _READ_EVERY or last_of_epoch or self._n == _READ_EVERY:
+        if self._pending >= self._read_at or last_of_epoch or self._n == _READ_EVERY:
             self._read()
 
     def _read(self) -> None:
         import tensorflow as tf
 
+        owned = self._owned()
+        if owned is None:  # the code let the iterator go: its cycles since the last read are lost
+            self._owned, self._n, self._pending = None, 0, 0
+            return
+        self._read_at = min(2 * self._read_at, _READ_EVERY)
         try:
-            model = tf.data.experimental.get_model_proto(self._owned)
+            model = tf.data.experimental.get_model_proto(owned)
             gaps, taken = model.gap_times, model.nodes[model.output].num_elements
         except Exception:  # autotune off for this dataset, or an iterator of another kind
             self._owned = None
@@ -181,6 +198,14 @@ class InputWaitMeter:
         self.elements += count
         if len(self.series) < _SERIES_KEPT:
             self.series.append((self.steps, self.wait, self.span))
+
+
+def _weak(value: Any) -> Any:
+    """A weak reference to `value`, or where it takes none, a function that returns it."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
 
 
 def _owned_iterator(iterator: Any) -> Any:

@@ -182,14 +182,6 @@ def _pydataset_timer(data: Any, patcher: Patcher) -> ItemTimer | None:
         return None
 
 
-def _flush_quietly(meter: InputWaitMeter) -> None:
-    """Read the meter's last cycles; the measure is the tool's business, never the call's."""
-    try:
-        meter.flush()
-    except Exception:
-        return
-
-
 def _first_epoch_fields(meter: InputWaitMeter | None) -> dict[str, Any]:
     """KerasCall's first-epoch input measure, where a later epoch was measured too."""
     first = meter.first_epoch if meter is not None else None
@@ -229,7 +221,6 @@ class KerasProbe:
         self._timed_callbacks: list[tuple[Any, str]] = []
         self._call_patcher = Patcher()  # what one call patched (a PyDataset's __getitem__)
         self._meter: InputWaitMeter | None = None  # the top-level fit's input wait
-        self._iterator: Any = None  # the tf.data iterator of the running fit's epoch
         self._epoch_iterator: Any = None  # Keras' epoch iterator of the running top-level fit
         self._last_list: Any = None  # the CallbackList of the latest batch (see batch_begin)
         self._steps: int | None = None  # batches per epoch of the running top-level fit
@@ -254,6 +245,10 @@ class KerasProbe:
         self._patcher.replace(
             owner, "on_epoch_begin", self._epoch_begin(rec, vars(owner)["on_epoch_begin"])
         )
+        owner = defining_class(CallbackList, "on_epoch_end")
+        self._patcher.replace(
+            owner, "on_epoch_end", self._epoch_end(rec, vars(owner)["on_epoch_end"])
+        )
         _hide_tool_frames_from_keras(self._patcher)
         epoch_iterator = _tf_epoch_iterator()
         if epoch_iterator is not None:
@@ -267,7 +262,7 @@ class KerasProbe:
             try:
                 self._call_patcher.restore()
             finally:
-                self._meter = self._iterator = self._epoch_iterator = self._last_list = None
+                self._meter = self._epoch_iterator = self._last_list = None
                 self._patcher.restore()
 
     def finish(self, record: Record) -> None:
@@ -405,7 +400,7 @@ class KerasProbe:
                 else:
                     timer = _pydataset_timer(data, probe._call_patcher)
                 meter = InputWaitMeter() if name == "fit" else None
-                probe._meter, probe._iterator = meter, None
+                probe._meter = meter
                 if name == "fit" and weakref.ref(self) not in rec.trained:
                     rec.first_training(self)  # before its first batch: its state as it came
             rec.driver_depth += 1
@@ -430,11 +425,11 @@ class KerasProbe:
                             # Its last cycles, where no step was told it ended an epoch (a
                             # dataset of unknown length): read now that no batch is taken.
                             if returned:
-                                _flush_quietly(meter)
+                                meter.flush()
                             meter.release()
                         if timer is not None:
                             timer.release()
-                        probe._meter = probe._iterator = probe._epoch_iterator = None
+                        probe._meter = probe._epoch_iterator = None
                         probe._steps = None
                         if name == "fit":
                             _count_training(rec, self, mark)
@@ -550,8 +545,7 @@ class KerasProbe:
         if meter is None:
             return
         try:
-            self._iterator = _current_iterator(self._epoch_iterator)
-            meter.begin(self._iterator)
+            meter.begin(_current_iterator(self._epoch_iterator))
         except Exception:  # the measure is the tool's business, never the call's
             self._meter = None
 
@@ -621,6 +615,22 @@ class KerasProbe:
 
         return wraps_exactly(epoch_begin, original)
 
+    def _epoch_end(self, rec: Recorder, original: Any) -> Any:
+        """The end of an epoch of the top-level fit: the input meter reads the epoch's last
+        cycles. Fit's loop variable still holds the epoch's iterator, which no step told it
+        was the last where the data's length is unknown; the next epoch's first step lets it
+        go, or fit's return (the meter holds it weakly)."""
+        probe = self
+
+        def epoch_end(self: Any, epoch: int, logs: Any = None) -> Any:
+            __tracebackhide__ = True
+            meter = probe._meter
+            if meter is not None and rec.driver_depth == 1 and rec.here.main:
+                meter.epoch_over()
+            return original(self, epoch, logs)
+
+        return wraps_exactly(epoch_end, original)
+
     def _epoch_iter(self, rec: Recorder, original: Any) -> Any:
         """Keras' TF epoch iterator starts each epoch with ``iter()``: keep the epoch iterator of
         the top-level fit, whose tf.data iterator the input meter reads (`_current_iterator`)."""
@@ -630,7 +640,7 @@ class KerasProbe:
             __tracebackhide__ = True
             result = original(self)
             if probe._meter is not None and rec.here.main:
-                probe._epoch_iterator, probe._iterator = self, None
+                probe._epoch_iterator = self
             return result
 
         return wraps_exactly(__iter__, original)

@@ -403,6 +403,8 @@ class TFFunctionProbe:
                 rec.note_failure(
                     exc, train if entry.updates else other, leading_dimension(args, kwargs)
                 )
+                if meter is not None:  # an iterator that ran out: the code may drop it now
+                    meter.epoch_over()
                 raise
             finally:
                 rec.top_function = None
@@ -469,6 +471,8 @@ class TFFunctionProbe:
 class ArgumentMeter(InputWaitMeter):
     """The input wait of a function's calls that read an iterator given as argument `at` (a
     position or a keyword)."""
+
+    FIRST_READ = 8  # no step is told that an epoch ends: read early, then every 64 steps
 
     def __init__(self, at: int | str) -> None:
         super().__init__()

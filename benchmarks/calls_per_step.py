@@ -7,7 +7,8 @@ Run: ``.venv/bin/python benchmarks/calls_per_step.py`` (``--json`` for one line 
 ``hot_path.py`` for its "calls added" column).
 
 Two columns of added calls: the hot path alone (``--memory-interval 3600``: no memory sample
-falls inside the counted runs), which `tests/test_calls_per_step.py` holds at or under
+falls inside the counted runs, and a loop's rows are written by count, `rows_written_by_count`),
+which `tests/test_calls_per_step.py` holds at or under
 `TARGET`, and with the default memory samples (every 50 ms of run, so their share of a step
 grows with the step's time: cProfile's own slowdown makes steps several times longer here
 than in a plain run, so that column overstates them).
@@ -35,14 +36,17 @@ Workloads: a custom loop calling a ``@tf.function`` train step, ``model.fit`` on
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import json
 import os
 import pstats
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import tfdiag_magic
+from tfdiag_magic import recorder
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -56,14 +60,33 @@ TARGET = 12  # calls the tool may add per step (issue 18)
 # printed for the code they guard, plus a tenth (`tests/test_calls_per_step.py`).
 # Measured on the commit that made the fused rows a branch of `Recorder.add_step`: 433.8,
 # 457.3, 492.8 and 338.7 (566.2, 538.1, 579.2 and 415.0 before those changes); the eager loop
-# 362.7 since the model-call probe (`probes.model_calls`) checks each eager model call.
+# 357.8 since the model-call probe (`probes.model_calls`) checks each eager model call and the
+# loop's rows are written by count while counting (`rows_written_by_count`): 357.8 quiet and
+# 357.8 beside two CPU hogs, where the time-based writes had read 372.7 and 408.5.
 INSTRUCTIONS_MOST = {
     "tf.function loop": 472,
     "model.fit": 498,
     "train_on_batch": 537,
-    "eager loop": 399,
+    "eager loop": 393,
 }
 HOT_PATH = "--memory-interval 3600"  # no time-based memory sample inside the counted runs
+
+
+@contextlib.contextmanager
+def rows_written_by_count() -> Iterator[None]:
+    """A loop's iterations written in batches of `recorder.LOOP_PAIRS` alone, not also every
+    `recorder.LOOP_FLUSH_S` (the live view's lag): under the count's tracing an eager step
+    runs tens of times slower than plainly, so the time-based writes, one per 0.25 s, came
+    once per few steps, and more often the busier the machine (the eager loop's writes read
+    15.9 instructions per step quiet and 47.6 beside two CPU hogs). At a real step's speed
+    they come once per hundreds of steps; by count alone, the measure is the same on any
+    machine."""
+    saved = recorder.LOOP_FLUSH_S
+    recorder.LOOP_FLUSH_S = 3600.0
+    try:
+        yield
+    finally:
+        recorder.LOOP_FLUSH_S = saved
 
 SETUP = """
 import numpy as np
@@ -180,7 +203,8 @@ def instructions_per_step(shell, name: str, repeats: int = 2) -> float:
     """The tool's own bytecode instructions per step of the workload `name` (the hot path
     alone: no memory sample inside the counted runs), the fewest of `repeats` slopes."""
     cell = f"%%tfprofile -q {HOT_PATH}\n" + WORKLOADS[name]
-    return _fewest_per_step(instructions, shell, cell, _lengths(name), repeats)
+    with rows_written_by_count():
+        return _fewest_per_step(instructions, shell, cell, _lengths(name), repeats)
 
 
 def shell_with_workloads():
@@ -204,7 +228,8 @@ def measure(shell, name: str) -> dict[str, float]:
     """Calls per step of the workload `name`: plain, profiled (hot path alone), and added."""
     body, lengths = WORKLOADS[name], _lengths(name)
     plain = per_step(shell, body, lengths, profiled=False)
-    profiled = per_step(shell, body, lengths, profiled=True, options=HOT_PATH)
+    with rows_written_by_count():
+        profiled = per_step(shell, body, lengths, profiled=True, options=HOT_PATH)
     return {"plain": plain, "profiled": profiled, "added": profiled - plain}
 
 

@@ -88,6 +88,7 @@ def rows_written_by_count() -> Iterator[None]:
     finally:
         recorder.LOOP_FLUSH_S = saved
 
+
 SETUP = """
 import numpy as np
 import tensorflow as tf

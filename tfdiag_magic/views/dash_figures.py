@@ -44,6 +44,7 @@ from .dash_plots import (
     use_log,
 )
 from .downsample import column_extremes, minmax_columns, thin_points
+from .text_stamps import TextStamps
 
 # Figures kept drawn between windows, the most recently used last. Each holds the RGBA buffer of
 # its plot (3 to 5 MiB), so only a few stay warm; a plot whose figure was let go builds it again
@@ -97,6 +98,7 @@ class _KeptFigure:
         self.fig = fig
         self.axes = axes
         self.canvas = FigureCanvasAgg(fig)
+        TextStamps.install(self.canvas.get_renderer())  # labels repeat from window to window
         self.parts: dict[str, Any] = {}  # in the order they are drawn (equal zorder: as added)
         self.legends: OrderedDict[tuple, Any] = OrderedDict()
         self.widths: dict[str, float] = {}  # pixels of tick labels, by text

@@ -1,6 +1,9 @@
 """Time a range-slider move on the dashboard of a 100 000- and a 1 000 000-step run.
 
-Run: ``.venv/bin/python benchmarks/slider.py [STEPS ...]`` (default: 100000 1000000).
+Run: ``.venv/bin/python benchmarks/slider.py [STEPS ...]`` (default: 100000 1000000);
+``--text-tiles`` instead compares, in one process and interleaved, moves with the figures' text
+pasted from kept tiles (`views/text_stamps.py`, as the dashboard draws) and drawn by
+matplotlib each time (4 rounds of 21 moves each way, per size).
 
 For each size: the synthetic record of ``benchmarks/render.py`` (no TensorFlow), its dashboard,
 then the slider moved as a hand moves it, to windows of three kinds, REPEATS of each in turn:
@@ -22,6 +25,7 @@ from time import perf_counter, process_time
 
 from render import synthetic_result
 
+from tfdiag_magic.views import dash_figures
 from tfdiag_magic.views.dashboard import Dashboard
 
 REPEATS = 7
@@ -84,10 +88,52 @@ def bench(steps: int) -> float:
         dashboard.close()
 
 
+def text_tiles(steps: int, rounds: int = 4) -> None:
+    """Median CPU time of a move with the figures' text from tiles and drawn each time,
+    interleaved round by round (the order alternating), so that the machine's drift falls on
+    both alike."""
+    result = synthetic_result(steps)
+    stamps = dash_figures.TextStamps
+    times: dict[bool, list[float]] = {True: [], False: []}
+
+    class Unstamped:
+        @staticmethod
+        def install(renderer: object) -> None:
+            return None
+
+    try:
+        for round_ in range(rounds):
+            for tiles in (True, False) if round_ % 2 else (False, True):
+                dash_figures.TextStamps = stamps if tiles else Unstamped  # type: ignore[misc]
+                dash_figures._warm_figures.clear()  # figures built again, with or without
+                dashboard = Dashboard(result)
+                try:
+                    dashboard.tab.selected_index = dashboard.titles.index("Steps")
+                    last = dashboard.slider.max
+                    dashboard.slider.value = (500, last - 500)
+                    for _kind, window in windows(last):
+                        start = process_time()
+                        dashboard.slider.value = window
+                        times[tiles].append((process_time() - start) * 1e3)
+                finally:
+                    dashboard.close()
+    finally:
+        dash_figures.TextStamps = stamps
+        dash_figures._warm_figures.clear()
+    for tiles, label in ((True, "text from tiles"), (False, "text drawn each time")):
+        print(
+            f"{steps} steps, {label:<21} median {statistics.median(times[tiles]):6.1f} ms CPU"
+            f" over {len(times[tiles])} moves; {load()}"
+        )
+
+
 def main() -> int:
-    sizes = [int(arg) for arg in sys.argv[1:]] or [100_000, 1_000_000]
-    for steps in sizes:
-        bench(steps)
+    sizes = [int(arg) for arg in sys.argv[1:] if not arg.startswith("--")]
+    for steps in sizes or [100_000, 1_000_000]:
+        if "--text-tiles" in sys.argv:
+            text_tiles(steps)
+        else:
+            bench(steps)
     return 0
 
 

@@ -526,6 +526,88 @@ def test_each_epochs_iterator_is_let_go_where_a_plain_run_lets_it_go(ip, capsys)
     assert_same(plain, profiled)
 
 
+# An iterator stepped until it runs out, as TensorFlow's guides write it: the error that ends
+# each epoch passed through the step's frames (the iterator among their locals); the tool must
+# not keep it. The garbage collector is off, so what lives is what is referenced.
+RUN_OUT_CELL = """\
+import gc
+import tensorflow as tf
+from tensorflow.python.data.ops.iterator_ops import OwnedIterator
+def live_iterators():
+    return sum(isinstance(o, OwnedIterator) for o in gc.get_objects())
+ds = tf.data.Dataset.range(12).batch(4)
+total = tf.Variable(0, dtype=tf.int64)
+@tf.function
+def step(iterator):
+    total.assign_add(tf.reduce_sum(next(iterator)))
+gc.collect()
+gc.disable()
+try:
+    live = []
+    for epoch in range(3):
+        iterator = iter(ds)
+        live.append(live_iterators())
+        while True:
+            try:
+                step(iterator)
+            except tf.errors.OutOfRangeError:
+                break
+    del iterator
+    live.append(live_iterators())
+finally:
+    gc.enable()
+"""
+
+
+def test_an_iterator_that_ran_out_is_let_go_where_a_plain_run_lets_it_go(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, RUN_OUT_CELL)
+    assert plain.names["live"][1] == [1, 1, 1, 0], plain.names["live"]
+    assert_same(plain, profiled)
+
+
+# A callback that predicts every batch, with a callback of its own: what the nested predict
+# makes (its callbacks, its epoch iterator over its inputs) goes when it returns.
+NESTED_PREDICT_CELL = (
+    SEED
+    + """\
+import gc, weakref
+from keras.src.backend.tensorflow.trainer import TFEpochIterator
+gc.collect()
+class Seen(keras.callbacks.Callback):
+    made = weakref.WeakSet()
+    def __init__(self):
+        super().__init__()
+        Seen.made.add(self)
+    def on_predict_batch_end(self, batch, logs=None):
+        pass
+class PredictEachBatch(keras.callbacks.Callback):
+    def __init__(self, x):
+        super().__init__()
+        self.x, self.alive = x, []
+    def on_train_batch_end(self, batch, logs=None):
+        self.model.predict(self.x, verbose=0, callbacks=[Seen()])
+        epoch_iterators = sum(isinstance(o, TFEpochIterator) for o in gc.get_objects())
+        self.alive.append((len(Seen.made), epoch_iterators))
+x = np.ones((32, 4), "float32")
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+gc.disable()
+try:
+    watcher = PredictEachBatch(x[:8])
+    model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[watcher])
+finally:
+    gc.enable()
+alive = watcher.alive
+"""
+)
+
+
+def test_a_nested_predicts_callbacks_and_inputs_go_when_it_returns(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, NESTED_PREDICT_CELL)
+    assert len(plain.names["alive"][1]) == 8 and plain.names["alive"][1][0][1][0] == 0
+    assert_same(plain, profiled)
+
+
 # Keras prefetches from a generator, so how far it reads ahead of the last step depends on
 # timing even in plain runs: the generators here are finite, read to their end, and count only
 # what they yield. `opened` counts how often tf.data started the generator: once per epoch.

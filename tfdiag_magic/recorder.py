@@ -290,7 +290,10 @@ class Recorder:
         self.on_first_training: Callable[[Any], None] | None = None
         self.on_first_update: Callable[[Any, Any], None] | None = None
         self.error: ErrorInfo | None = None
-        self._failure: tuple[BaseException, int, float] | None = None
+        # The last exception that left a step, by identity and type (the exception itself
+        # would keep every frame it passed through, and their locals, alive: a failed fit's
+        # model and batches that the code's `except` lets go), its phase and batch size.
+        self._failure: tuple[int, type, int, float] | None = None
         # Called on the main thread after each memory sample taken at the end of a step (at
         # most every memory_interval): the live view. It must be quick and never raise.
         self.on_sample: Callable[[Recorder], None] | None = None
@@ -528,7 +531,7 @@ class Recorder:
     def note_failure(self, exc: BaseException, phase: int, batch: float = NAN) -> None:
         """An exception left a step of `phase` (of `batch` samples, where known); if it ends
         the run, that step is where."""
-        self._failure = (exc, phase, batch)
+        self._failure = (id(exc), type(exc), phase, batch)
 
     def take_wait(self) -> float:
         """The input wait not yet attributed to a step, which the caller's step now owns."""
@@ -936,9 +939,9 @@ class Recorder:
             message = "interrupted"
         phase: str | None = None
         batch: int | None = None
-        if self._failure is not None and _caused_by(exc, self._failure[0]):
-            phase = PHASES[self._failure[1]]
-            size = self._failure[2]
+        if self._failure is not None and _caused_by(exc, *self._failure[:2]):
+            phase = PHASES[self._failure[2]]
+            size = self._failure[3]
             batch = int(size) if size == size and size > 0 else None
         code = Phase.of(phase or "train")
         phases = np.frombuffer(self._rows, dtype=np.float64)[_PHASE::WIDTH]
@@ -1095,12 +1098,13 @@ class Recorder:
         return np.where(positions > 0, reached[np.clip(positions - 1, 0, None)], 0)
 
 
-def _caused_by(exc: BaseException, origin: BaseException) -> bool:
-    """Whether `exc` is `origin` or was raised while handling it (its context chain)."""
+def _caused_by(exc: BaseException, origin: int, kind: type) -> bool:
+    """Whether `exc` is the exception of identity `origin` and type `kind`, or was raised while
+    handling it (its context chain)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if current is origin:
+        if id(current) == origin and type(current) is kind:
             return True
         seen.add(id(current))
         current = current.__cause__ or current.__context__

@@ -518,7 +518,10 @@ class KerasProbe:
 
         def batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
-            if self is not probe._last_list and rec.driver_depth:
+            if self is not probe._last_list and rec.driver_depth == 1:
+                # The top-level call's lists alone: a Keras call nested in a callback (a
+                # predict each batch) makes a list with callbacks of its own each time, which
+                # the timing would keep until the top-level call ends.
                 probe._first_batch_of(rec, self)
             before = clock()
             result = original(self, batch, logs)
@@ -639,8 +642,8 @@ class KerasProbe:
         def __iter__(self: Any) -> Any:  # noqa: N807 (the name Python looks up)
             __tracebackhide__ = True
             result = original(self)
-            if probe._meter is not None and rec.here.main:
-                probe._epoch_iterator = self
+            if probe._meter is not None and rec.driver_depth == 1 and rec.here.main:
+                probe._epoch_iterator = self  # not a nested call's (validation, a predict)
             return result
 
         return wraps_exactly(__iter__, original)

@@ -565,6 +565,37 @@ def test_an_iterator_that_ran_out_is_let_go_where_a_plain_run_lets_it_go(ip, cap
     assert_same(plain, profiled)
 
 
+# A fit that fails, retried with a new model as one retries after running out of memory: the
+# failed model goes once the code lets it go.
+FAILED_FIT_CELL = (
+    SEED
+    + """\
+import gc, weakref
+def attempt(width):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(width), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+model = attempt(64)
+first = weakref.ref(model)
+try:
+    model.fit(np.ones((16, 5), "float32"), np.ones((16, 1), "float32"), epochs=1, verbose=0)
+except ValueError:
+    failed = True
+del model
+gc.collect()
+failed_model_alive = first() is not None
+model = attempt(8)
+history = model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"), verbose=0)
+"""
+)
+
+
+def test_a_failed_fits_model_goes_when_the_code_lets_it_go(ip, capsys):
+    plain, profiled = run_twice(ip, capsys, FAILED_FIT_CELL)
+    assert plain.names["failed"] is True and plain.names["failed_model_alive"] is False
+    assert_same(plain, profiled)
+
+
 # A callback that predicts every batch, with a callback of its own: what the nested predict
 # makes (its callbacks, its epoch iterator over its inputs) goes when it returns.
 NESTED_PREDICT_CELL = (

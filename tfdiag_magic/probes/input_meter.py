@@ -33,15 +33,16 @@ class InputWaitMeter:
     microseconds, the last 100). A training cycle (from the end of one step to the end of the
     next) is the gaps of its elements plus the time its ``GetNext`` calls blocked, so the wait
     is the cycle's length minus its elements' gaps (tracing and callbacks fall in both). The
-    model is read every 64 elements and at the end of each epoch, at a step's end (or, where
-    the dataset's length is unknown, when the next epoch's iterator begins), never while a
-    ``GetNext`` could be running. The meter holds its iterators weakly: an iterator dies where it
-    would without the tool (with its buffers: a shuffle buffer held one step longer would raise
-    the memory peak that the tool measures), and what was not read by then is not measured.
-    An iterator's first two steps are not measured: the first
-    element has no gap, and the second's gap holds the rest of the first step, whose work after
-    its batch arrived is not a steady step's (the first execution of a traced function creates
-    variables); so the wait for an epoch's first batch is not in this measure.
+    model is read every 64 elements and at the end of each epoch: at the epoch's last step, at
+    Keras' ``on_epoch_end`` (a dataset of unknown length), when the iterator runs out inside a
+    function's call, or when the next iterator begins; never while a ``GetNext`` could be
+    running. The meter holds its iterators weakly: an iterator dies where it would without the
+    tool (with its buffers: a shuffle buffer held one step longer would raise the memory peak
+    that the tool measures), and what was not read by then is not measured. An iterator's
+    first two steps are not measured: the first element has no gap, and the second's gap holds
+    the rest of the first step, whose work after its batch arrived is not a steady step's (the
+    first execution of a traced function creates variables); so the wait for an epoch's first
+    batch is not in this measure.
     """
 
     # Steps of an iterator before its first read of the model, doubled after each read up to

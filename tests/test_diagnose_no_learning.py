@@ -122,6 +122,36 @@ def test_healthy_fit_is_silent(data):
     assert state.variables == state.variables_changed == 4 and state.steps == 4
 
 
+def test_fit_then_weights_set_back_to_the_first_ones_is_silent(data):
+    # keras-io's mixed-precision guide trains with fit, sets the model back to its first
+    # weights, then trains it again in a custom loop; here that second training never runs (as
+    # where the loop fails at its first step). The fit learned: read when it ended.
+    result, r = profiled(
+        data,
+        "m = mlp('reset')\n"
+        "m.compile(optimizer='adam', loss='mse')\n"
+        "first = m.get_weights()\n"
+        "m.fit(x, y, batch_size=8, epochs=2, verbose=0)\n"
+        "m.set_weights(first)\n",
+    )
+    assert result.success, result.error_in_exec
+    assert_silent(r, CODE)
+    (state,) = r.record.trained
+    assert state.variables == state.variables_changed == 4 and state.steps == 16
+
+
+def test_fit_at_learning_rate_zero_is_found_also_read_at_its_end(data):
+    result, r = profiled(
+        data,
+        "m = mlp('still')\n"
+        "m.compile(optimizer=keras.optimizers.SGD(0.0), loss='mse')\n"
+        "m.fit(x, y, batch_size=8, epochs=2, verbose=0)\n",
+    )
+    assert result.success, result.error_in_exec
+    (entry,) = the(r, CODE).evidence["not_learning"]
+    assert entry["model"] == "still" and entry["variables_changed"] == 0
+
+
 def test_healthy_custom_tf_function_loop_is_silent(data):
     result, r = profiled(
         data,

@@ -289,6 +289,7 @@ class Recorder:
         self.updated: set[weakref.ref[Any]] = set()
         self.on_first_training: Callable[[Any], None] | None = None
         self.on_first_update: Callable[[Any, Any], None] | None = None
+        self.on_fit_done: Callable[[Any], None] | None = None
         self.error: ErrorInfo | None = None
         # The last exception that left a step, by identity and type (the exception itself
         # would keep every frame it passed through, and their locals, alive: a failed fit's
@@ -1042,6 +1043,12 @@ class Recorder:
         if self.on_first_training is not None:
             self.on_first_training(model)
 
+    def fit_done(self, model: Any) -> None:
+        """A top-level `fit` of `model` ended: what it trained is read now, as the code may
+        set the weights back afterwards (to compare runs from the same start)."""
+        if self.on_fit_done is not None:
+            self.on_fit_done(model)
+
     def first_update(self, optimizer: Any, variables: Any) -> None:
         """`optimizer.apply` is called for the first time in the run, on `variables` (None:
         the optimizer's own), outside Keras' fit and ``*_on_batch`` (those are `trained`)."""
@@ -1058,7 +1065,7 @@ class Recorder:
         self.fit_callbacks = None
         self._loss_values = [None] * LOSS_BATCH
         self._loss_n = 0
-        self.on_first_training = self.on_first_update = None
+        self.on_first_training = self.on_first_update = self.on_fit_done = None
 
     def _columns(self) -> dict[str, np.ndarray]:
         """The buffer as typed columns; the float64 buffer is released before they are

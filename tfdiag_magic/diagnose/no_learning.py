@@ -12,7 +12,9 @@ DOC = """\
 ## What it detects
 A Keras model that ran training batches (`fit`, `train_on_batch`) with nothing to train or
 whose trainable weights all ended the run as they began, or an optimizer that a custom loop
-stepped (its `iterations` rose) while none of the variables it was given changed.
+stepped (its `iterations` rose) while none of the variables it was given changed. A model's
+weights are also read at the end of each `fit`: code that sets them back after training (to
+train again from the same start) learned, and is not flagged.
 
 ## Why it hurts
 Every such step costs its time and teaches the model nothing: the loss reported may even

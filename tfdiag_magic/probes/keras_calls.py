@@ -433,6 +433,7 @@ class KerasProbe:
                         probe._steps = None
                         if name == "fit":
                             _count_training(rec, self, mark)
+                            rec.fit_done(self)
                         probe.add_call(rec, name, self, start, mark, data, timer, meter)
                         probe._untime_callbacks()
                         rec.fit_callbacks = None

@@ -4,10 +4,13 @@ What trains is seen by the Keras and optimizer probes: a Keras model about to ru
 training batch of the run (fit, train_on_batch), and an optimizer whose `apply` a custom loop
 calls for the first time (outside Keras' own training calls, which the model covers). They
 call the recorder's `first_training` / `first_update`, which call the hooks this probe sets.
-Each object is read twice: at that first sight, before its first batch or update, and in
-`finish`. A read takes the optimizer's `iterations` and a fingerprint of each trainable
-variable: a digest of its values, read to the host (inside a tf.function being traced, in
-the eager context that `tf.init_scope` gives). Variables over `FINGERPRINT_ELEMENTS`
+Each object is read at that first sight, before its first batch or update, and in `finish`;
+a model also at the end of each top-level `fit`, as code may set its weights back after
+training (the mixed-precision guide resets a model to its first weights to train it again
+another way): a variable changed at either read has changed. A read takes the optimizer's
+`iterations` and a fingerprint of each trainable variable: a digest of its values, read to
+the host (inside a tf.function being traced, in the eager context that `tf.init_scope`
+gives). Variables over `FINGERPRINT_ELEMENTS`
 elements, or past `READ_ELEMENTS` elements an object, are counted but not read.
 
 Nothing is read per step: the per-step path only tests a weak reference's membership in a
@@ -43,6 +46,8 @@ class _Watched:
     optimizer_class: str
     iterations: int
     variables: list[tuple[weakref.ref[Any], bytes | None]]  # each with its fingerprint
+    # Each variable's fingerprint at the end of the latest fit (by id), for a model
+    after_fit: dict[int, bytes | None] | None = None
 
 
 class LearningProbe:
@@ -57,10 +62,12 @@ class LearningProbe:
         self._watched = []
         recorder.on_first_training = self._model_seen
         recorder.on_first_update = self._optimizer_seen
+        recorder.on_fit_done = self._fit_done
 
     def remove(self) -> None:
         if self._rec is not None:
             self._rec.on_first_training = self._rec.on_first_update = None
+            self._rec.on_fit_done = None
 
     def finish(self, record: Record) -> None:
         """Read each watched object again, and write what changed to `record.trained`."""
@@ -94,6 +101,22 @@ class LearningProbe:
         except Exception:  # never the user's run's problem
             return
 
+    def _fit_done(self, model: Any) -> None:
+        """Read a watched model's variables at the end of a fit of it."""
+        for each in self._watched:
+            if each.kind == "model" and each.target() is model:
+                try:
+                    alive = [ref() for ref, _ in each.variables]
+                    alive = [variable for variable in alive if variable is not None]
+                    each.after_fit = {
+                        id(ref()): digest
+                        for ref, digest in _fingerprints(alive)
+                        if ref() is not None
+                    }
+                except Exception:  # never the user's run's problem
+                    each.after_fit = None
+                return
+
     def _optimizer_seen(self, optimizer: Any, variables: Any) -> None:
         if len(self._watched) >= WATCHED:
             return
@@ -125,12 +148,18 @@ def _final(watched: _Watched, batches: dict[Any, int]) -> TrainedState | None:
     known = {id(variable) for variable in alive}
     again = _fingerprints(alive)
     now = {id(variable): digest for variable, (_, digest) in zip(alive, again, strict=True)}
-    # A variable gone, or one not read at either end, counts as changed: nothing says it is not.
+    after_fit = watched.after_fit or {}
+
+    def differs(variable: Any, digest: bytes) -> bool:
+        """A variable gone, or one not read at the end, counts as changed: nothing says it is
+        not; one changed at the end of a fit has changed, whatever was set after it."""
+        if variable is None or now.get(id(variable)) is None or now[id(variable)] != digest:
+            return True
+        at_fit = after_fit.get(id(variable), digest)
+        return at_fit is None or at_fit != digest
+
     changed = sum(
-        1
-        for variable, digest in first
-        if digest is not None
-        and (variable is None or now.get(id(variable)) is None or now[id(variable)] != digest)
+        1 for variable, digest in first if digest is not None and differs(variable, digest)
     )
     if watched.kind == "model":
         last = list(target.trainable_variables)

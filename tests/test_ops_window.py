@@ -155,6 +155,13 @@ def test_layer_scope_and_short_names():
     assert layer_scope("StatefulPartitionedCall/sequential_1/dense_1/MatMul", types) == "dense_1"
     assert layer_scope("gradient_tape/model/conv/Conv2D/Conv2DBackpropInput", types) == "conv"
     assert layer_scope("adam/Sub_6/ReadVariableOp", types) is None
+    # steps_per_execution > 1: the step runs in a loop's body and a branch of a cond
+    looped = "while/body/_1/while/cond/then/_131/while/cond/StatefulPartitionedCall/"
+    assert layer_scope(looped + "sequential_1/dense_1/Relu", types) == "dense_1"
+    grad = looped + "gradient_tape/sequential_1/dense_2/MatMul/MatMul_1"
+    assert layer_scope(grad, types) == "dense_2"
+    assert layer_scope(looped + "adam/Mul_3", types) is None
+    assert layer_scope(looped + "adam/AssignSubVariableOp", types) is None
     assert layer_scope("compile_loss/mse/sub", types) is None
     assert layer_scope("sequential/MatMul", types) is None
     assert short_name("StatefulPartitionedCall/seq/dense/MatMul") == "seq/dense/MatMul"

@@ -41,6 +41,10 @@ WHERE = {
 }
 # Scopes that wrap a function's body, not a model's: left out of a layer's path.
 WRAPPER_SCOPES = ("StatefulPartitionedCall", "PartitionedCall", "gradient_tape", "while", "cond")
+# Scopes of a control-flow branch or loop body (`steps_per_execution` > 1 runs the step inside
+# ``while/body/_1/while/cond/then/_131/...``), and their numbered parts.
+BRANCH_SCOPES = frozenset({"body", "then", "else"})
+_BRANCH_NUMBER = re.compile(r"_\d+")
 NON_MODEL_SCOPES = ("compile_loss", "compile_metrics")
 _NUMBERED = re.compile(r"_\d+$")
 
@@ -110,7 +114,10 @@ def layer_scope(name: str, op_types: set[str]) -> str | None:
     parts = [
         part
         for part in name.split("/")
-        if not part.startswith(WRAPPER_SCOPES) and not part.startswith("__inference")
+        if not part.startswith(WRAPPER_SCOPES)
+        and not part.startswith("__inference")
+        and part not in BRANCH_SCOPES
+        and not _BRANCH_NUMBER.fullmatch(part)
     ]
     if len(parts) < 3 or parts[0] in NON_MODEL_SCOPES:
         return None

@@ -116,8 +116,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     }[api]
     detail = (
         f"`model.{api}` was called {count} times from {evidence['loop']};"
-        f" each call took {seconds(per_call)}, of which {share(overhead, total)} was set-up"
-        f" outside its batches ({seconds(work / count)} of batches per call)."
+        f" a call took {seconds(per_call)} on average (median {seconds(median)}; the first"
+        f" traces), of which {share(overhead, total)} was set-up outside its batches"
+        f" ({seconds(work / count)} of batches per call on average)."
     )
     if api == "compile":
         detail += " Each compile also discards the compiled train function, so the next fit"

@@ -422,8 +422,8 @@ class KerasProbe:
                         probe._call_patcher.restore()
                     finally:
                         if meter is not None:
-                            # Its last cycles, where no step was told it ended an epoch (a
-                            # dataset of unknown length): read now that no batch is taken.
+                            # Cycles no epoch's end read (each epoch is read at its last
+                            # step or at on_epoch_end), where the iterator still lives.
                             if returned:
                                 meter.flush()
                             meter.release()

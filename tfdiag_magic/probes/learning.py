@@ -10,8 +10,8 @@ training (the mixed-precision guide resets a model to its first weights to train
 another way): a variable changed at either read has changed. A read takes the optimizer's
 `iterations` and a fingerprint of each trainable variable: a digest of its values, read to
 the host (inside a tf.function being traced, in the eager context that `tf.init_scope`
-gives). Variables over `FINGERPRINT_ELEMENTS`
-elements, or past `READ_ELEMENTS` elements an object, are counted but not read.
+gives). Variables over `FINGERPRINT_ELEMENTS` elements, or past `READ_ELEMENTS` elements an
+object, are counted but not read.
 
 Nothing is read per step: the per-step path only tests a weak reference's membership in a
 set and counts a model's training batches. Only weak references to the user's objects are

@@ -9,6 +9,8 @@ read that as retracing. These tests run real Keras and tf.function code under ``
 
 from __future__ import annotations
 
+from html import escape
+
 import keras
 import pytest
 import tensorflow as tf
@@ -16,7 +18,7 @@ import tensorflow as tf
 from tests.diagnosis_support import assert_silent, the
 from tests.helpers import profiled
 from tfdiag_magic.probes.tf_functions import is_keras_internal
-from tfdiag_magic.views.text import KERAS_FUNCTIONS_NOTE
+from tfdiag_magic.views.text import KERAS_FUNCTIONS_NOTE, LIBRARY_FUNCTIONS
 
 SETUP = """
 import numpy as np, keras, tensorflow as tf
@@ -57,15 +59,15 @@ def test_keras_own_functions_are_shown_apart_with_what_their_traces_mean(fn_ip):
     assert inner.traces >= inner.calls >= 6  # a train and a test function for each of 3 models
     assert not [f for f in r.record.functions if not f.keras_internal]
     text = r.summary()
-    assert "Keras' own functions (calls, traces in this run):" in text
+    assert f"{LIBRARY_FUNCTIONS} (calls, traces in this run):" in text
     assert "tf.functions of the code" not in text  # the code defined none
     assert "traced again" not in text
     assert f"  one_step_on_data: {inner.calls} calls, {inner.traces} traces" in text
     assert "they are not retracing of your code" in " ".join(text.split())  # wrapped lines
-    section = text.split("Keras' own functions")[1].split("Tracing:")[0]
+    section = text.split(LIBRARY_FUNCTIONS)[1].split("Tracing:")[0]
     assert "TensorFlowTrainer" not in section  # the short name, not Keras' qualname
     html = r.to_html(full_page=False)
-    assert "<caption>Keras' own functions</caption>" in html
+    assert f"<caption>{escape(LIBRARY_FUNCTIONS)}</caption>" in html
     assert "traced again" not in html
     assert_silent(r, "retracing")
 
@@ -84,15 +86,41 @@ def test_the_codes_retracing_function_is_marked_and_found_beside_keras_functions
     assert result.success
     text = r.summary()
     mine = text.split("tf.functions of the code (calls, traces in this run):")[1]
-    mine, keras_part = mine.split("Keras' own functions (calls, traces in this run):")
+    mine, keras_part = mine.split(f"{LIBRARY_FUNCTIONS} (calls, traces in this run):")
     assert "scaled: 8 calls, 8 traces  <- traced again on most calls" in mine
     assert "one_step_on_data" not in mine and "one_step_on_data" in keras_part
     assert "traced again" not in keras_part
     html = r.to_html(full_page=False)
     assert "<caption>tf.functions of the code</caption>" in html
-    assert html.index("scaled") < html.index("Keras' own functions")
+    assert html.index("scaled") < html.index(escape(LIBRARY_FUNCTIONS))
     f = the(r, "retracing")
     assert f.evidence["function"] == "scaled"
+
+
+def test_the_savers_functions_a_saved_model_traces_are_tensorflows_not_the_codes(fn_ip, tmp_path):
+    """Writing a SavedModel (as ``model.export`` and a TFLite conversion do) traces TensorFlow's
+    ``MultiDeviceSaver._traced_save`` and ``_traced_restore``: they are not the code's."""
+    result, r = profiled(
+        fn_ip,
+        "class Scale(tf.Module):\n"
+        "    def __init__(self):\n"
+        "        self.w = tf.Variable(2.0)\n"
+        "    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])\n"
+        "    def scale(self, v):\n"
+        "        return v * self.w\n"
+        "module = Scale()\n"
+        "module.scale(tf.ones([3]))\n"
+        f"tf.saved_model.save(module, {str(tmp_path / 'saved')!r})\n",
+    )
+    assert result.success
+    library = {f.name for f in r.record.functions if f.keras_internal and f.calls}
+    assert {"MultiDeviceSaver._traced_save", "MultiDeviceSaver._traced_restore"} <= library
+    mine = [f.name for f in r.record.functions if not f.keras_internal and f.calls]
+    assert mine == ["Scale.scale"]
+    text = r.summary()
+    code_part = text.split("tf.functions of the code (calls, traces in this run):")[1]
+    code_part = code_part.split(LIBRARY_FUNCTIONS)[0]
+    assert "Scale.scale" in code_part and "_traced_save" not in code_part
 
 
 def test_keras_internal_is_a_function_keras_defines_not_a_model_the_code_wraps():

@@ -152,7 +152,7 @@ class FunctionStats:
     calls: int
     traces: int
     objects: int  # distinct tf.function objects seen for this Python function
-    keras_internal: bool  # Keras' own train/test/predict function
+    keras_internal: bool  # Keras' own train/test/predict function, or TensorFlow's own
     updates_weights: bool  # an optimizer update was traced inside it
     # Optimizer updates one call made, on average, where the calls were seen to make more than
     # one (a tf.function over a whole epoch): each update is then a step of the table. 0: one

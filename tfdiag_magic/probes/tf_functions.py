@@ -133,18 +133,25 @@ def _iterations(optimizer: Any) -> int | None:
         return None
 
 
+# Modules whose plain functions, made into tf.functions, are the libraries' own.
+_LIBRARY_MODULES = ("keras.", "tf_keras.", "tensorflow.")
+
+
 def is_keras_internal(python_function: Any) -> bool:
-    """Whether a tf.function wraps a function that Keras defines and wraps itself.
+    """Whether a tf.function wraps a function that Keras or TensorFlow defines and wraps itself.
 
     Keras' trainer makes its train/test/predict functions (``one_step_on_data``,
-    ``multi_step_on_iterator``, ...) as plain functions in ``keras.src``. A model object or a
-    bound method given to ``tf.function`` by the cell (``tf.function(model)``) is the cell's
-    function even though its class is Keras': its retracing is the cell's to fix.
+    ``multi_step_on_iterator``, ...) as plain functions in ``keras.src``; TensorFlow's saver
+    decorates its ``MultiDeviceSaver._traced_save`` and ``_traced_restore`` in
+    ``tensorflow.python.checkpoint``, traced when a SavedModel is written (``model.export``, a
+    TFLite conversion). A model object or a bound method given to ``tf.function`` by the cell
+    (``tf.function(model)``) is the cell's function even though its class is Keras': its
+    retracing is the cell's to fix.
     """
     if not inspect.isfunction(python_function):
         return False
     module = getattr(python_function, "__module__", "") or ""
-    return module.startswith("keras.")
+    return module.startswith(_LIBRARY_MODULES)
 
 
 _ASSIGN_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})

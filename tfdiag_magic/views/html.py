@@ -23,6 +23,7 @@ from .experiments import comparison_html, insert_cell, sweep_html, sweep_png
 from .ops import has_window, ops_html
 from .text import (
     KERAS_FUNCTIONS_NOTE,
+    LIBRARY_FUNCTIONS,
     headline,
     short_name,
     split_functions,
@@ -237,7 +238,7 @@ def details_html(report: dict[str, Any], record: Record, full_page: bool) -> str
         parts.append("</table>")
     if keras_own:
         parts.append(
-            "<table><caption>Keras' own functions</caption>"
+            f"<table><caption>{e(LIBRARY_FUNCTIONS)}</caption>"
             + _row(["function", "calls", "traces", "objects"], True)
         )
         for f in keras_own[:8]:

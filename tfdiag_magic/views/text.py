@@ -17,20 +17,23 @@ from .timeline import timeline_text
 # Measured (Keras 3.15): per model, fit/evaluate/predict reuse one train, test and predict
 # function until the next compile(); one_step_on_data traces twice on its one call in a first
 # fit, its first trace creating the optimizer's variables (TensorFlow's initialize_variables).
+LIBRARY_FUNCTIONS = "Keras' and TensorFlow's own functions"
 KERAS_FUNCTIONS_NOTE = (
     "Keras makes these itself: a train, a test and a predict function for each model, made"
     " again after each compile(), each traced on its first call and again for a new input"
     " shape (a last, smaller batch). The inner one_step_on_data is called only while its outer"
     " function traces, and traces once or twice then (twice when the call creates the"
     " optimizer's variables), so its traces match or pass its calls. These tracings are"
-    " expected: they are not retracing of your code."
+    " expected: they are not retracing of your code. TensorFlow's own (a saver's"
+    " _traced_save and _traced_restore) trace when a model is saved or exported."
 )
 
 
 def split_functions(
     report: dict[str, Any],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The called tf.functions of the report: the code's own, then those Keras made itself."""
+    """The called tf.functions of the report: the code's own, then those Keras or TensorFlow
+    made itself."""
     called = [f for f in report["functions"] if f["calls"]]
     return (
         [f for f in called if not f["keras_internal"]],
@@ -142,7 +145,7 @@ def render_text(report: dict[str, Any]) -> str:
             out.append(f"  {f['name']}: {f['calls']} calls, {f['traces']} traces{objects}{again}")
     if keras_own:
         out.append("")
-        out.append("Keras' own functions (calls, traces in this run):")
+        out.append(f"{LIBRARY_FUNCTIONS} (calls, traces in this run):")
         for f in keras_own[:6]:
             objects = f", {f['objects']} function objects" if f["objects"] > 1 else ""
             out.append(

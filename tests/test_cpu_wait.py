@@ -53,6 +53,54 @@ def test_a_neighbour_on_the_same_cpu_is_read_as_waiting_and_sleep_is_not():
     assert 0.0 <= waited["idle"] < 0.05, waited
 
 
+# The probe around a second of spinning on a CPU shared with a busy neighbour, then around half a
+# second of sleep: the spin is CPU work though it ran only about half of the time.
+SHARE_BESIDE_A_NEIGHBOUR = """
+import json, os, subprocess, sys, time
+from tfdiag_magic.probes.cpu_wait import CpuWaitProbe
+cpu = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {cpu})
+hog = subprocess.Popen([sys.executable, "-c",
+    f"import os; os.sched_setaffinity(0, {{{cpu}}})\\nwhile True: pass"])
+shares = {}
+try:
+    time.sleep(0.3)  # the hog is running
+    probe = CpuWaitProbe()
+    probe.install(None)
+    end_at = time.perf_counter() + 1.0
+    while time.perf_counter() < end_at:
+        pass
+    probe.remove()
+    shares["spin"] = probe._share
+    shares["spin_wait"] = probe._waited
+finally:
+    hog.kill()
+    hog.wait()
+probe = CpuWaitProbe()
+probe.install(None)
+time.sleep(0.5)
+probe.remove()
+shares["sleep"] = probe._share
+print(json.dumps(shares))
+"""
+
+
+def test_cpu_work_reads_as_cpu_work_when_a_neighbour_takes_half_the_cpu():
+    done = subprocess.run(
+        [sys.executable, "-c", SHARE_BESIDE_A_NEIGHBOUR],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    shares = json.loads(done.stdout)
+    # Read against the whole second, the spin's share would be about 0.5 (what it ran); it
+    # waited about half of it for the CPU, which is not time it could have slept.
+    assert shares["spin_wait"] >= 0.15, shares  # the neighbour did take the CPU
+    assert shares["spin"] >= 0.8, shares
+    assert shares["sleep"] <= 0.2, shares
+
+
 def test_the_reading_is_seconds_and_never_goes_back():
     first = threads_cpu_wait()
     second = threads_cpu_wait()

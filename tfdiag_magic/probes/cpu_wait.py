@@ -8,11 +8,13 @@ a busy machine, not the code, kept the run's work waiting: a comparison of two r
 noise (experiments/noise.py). Threads that ended during the run take their counts with them, so
 both are lower bounds.
 
-The CPU share is the larger of the run's own thread's CPU time over the run's wall time and all
-threads' CPU time over the wall time of every CPU the process may use, at most 1: near 1 when
-the steps are CPU work (in Python or in TensorFlow's threads), near 0 when they sleep or wait
-for a device. A comparison widens its floor by the share, as CPU work drifts between runs where
-sleeps do not.
+The CPU share is the larger of the run's own thread's CPU time over the run's wall time less
+that thread's own run-queue wait, and all threads' CPU time over the wall time of every CPU the
+process may use, at most 1: near 1 when the steps are CPU work (in Python or in TensorFlow's
+threads), near 0 when they sleep or wait for a device. Time the run's thread spent ready but
+waiting for a CPU is left out of its wall time: a neighbour that takes the CPU from a step
+doing CPU work does not make that work read as sleep. A comparison widens its floor by the
+share, as CPU work drifts between runs where sleeps do not.
 
 Read twice per run, from files only: nothing of the run's is touched. None where the kernel
 does not provide the counts (not Linux, or a kernel that keeps no scheduler statistics and
@@ -34,11 +36,12 @@ _TASKS = "/proc/self/task"
 
 class ThreadTimes(NamedTuple):
     """Seconds the process's living threads waited in run queues and ran, and the seconds one
-    of them (the run's own) ran."""
+    of them (the run's own) ran and waited."""
 
     waited: float
     ran: float
     thread_ran: float
+    thread_waited: float = 0.0
 
 
 class CpuWaitProbe:
@@ -65,7 +68,9 @@ class CpuWaitProbe:
             return
         self._waited = max(0.0, end.waited - start.waited)
         if wall > 0:
-            own = max(0.0, end.thread_ran - start.thread_ran) / wall
+            ready = wall - max(0.0, end.thread_waited - start.thread_waited)
+            ran = max(0.0, end.thread_ran - start.thread_ran)
+            own = ran / ready if ready > 0 else 1.0
             every = max(0.0, end.ran - start.ran) / (wall * _usable_cpus())
             self._share = min(1.0, max(own, every))
 
@@ -83,12 +88,13 @@ def threads_cpu_wait() -> float | None:
 
 
 def thread_times(thread: int | None = None) -> ThreadTimes | None:
-    """The process's threads' run-queue and CPU seconds, and `thread`'s CPU seconds, or None."""
+    """The process's threads' run-queue and CPU seconds, and `thread`'s CPU and run-queue
+    seconds, or None."""
     try:
         tasks = os.listdir(_TASKS)
     except OSError:
         return None
-    waited = ran = own = 0
+    waited = ran = own = own_waited = 0
     for task in tasks:
         try:
             with open(f"{_TASKS}/{task}/schedstat", encoding="ascii") as file:
@@ -100,9 +106,11 @@ def thread_times(thread: int | None = None) -> ThreadTimes | None:
         ran += running
         waited += waiting
         if task == str(thread):
-            own = running
+            own, own_waited = running, waiting
     # A kernel that keeps no statistics writes zeros: no thread of this process ever ran.
-    return ThreadTimes(waited / 1e9, ran / 1e9, own / 1e9) if ran else None
+    if not ran:
+        return None
+    return ThreadTimes(waited / 1e9, ran / 1e9, own / 1e9, own_waited / 1e9)
 
 
 def _usable_cpus() -> int:

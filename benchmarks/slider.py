@@ -3,7 +3,9 @@
 Run: ``.venv/bin/python benchmarks/slider.py [STEPS ...]`` (default: 100000 1000000);
 ``--text-tiles`` instead compares, in one process and interleaved, moves with the figures' text
 pasted from kept tiles (`views/text_stamps.py`, as the dashboard draws) and drawn by
-matplotlib each time (4 rounds of 21 moves each way, per size).
+matplotlib each time (4 rounds of 21 moves each way, per size); ``--lean-axes`` the same for
+the axes drawn without measuring their tick labels (`dash_figures.draw_axis`) and by
+matplotlib's `Axis.draw`.
 
 For each size: the synthetic record of ``benchmarks/render.py`` (no TensorFlow), its dashboard,
 then the slider moved as a hand moves it, to windows of three kinds, REPEATS of each in turn:
@@ -88,24 +90,39 @@ def bench(steps: int) -> float:
         dashboard.close()
 
 
-def text_tiles(steps: int, rounds: int = 4) -> None:
-    """Median CPU time of a move with the figures' text from tiles and drawn each time,
-    interleaved round by round (the order alternating), so that the machine's drift falls on
-    both alike."""
+class _Unstamped:
+    """Stands for `TextStamps`: no tiles, matplotlib draws every text each time."""
+
+    @staticmethod
+    def install(renderer: object) -> None:
+        return None
+
+
+def _matplotlib_axis(axis: object, renderer: object) -> None:
+    """Stands for `draw_axis`: matplotlib's own `Axis.draw`, every tick label measured."""
+    axis.draw(renderer)  # type: ignore[attr-defined]
+
+
+# What each A/B compares: the module attribute switched, the dashboard's and the stand-in.
+AB = {
+    "--text-tiles": ("TextStamps", _Unstamped, "text from tiles", "text drawn each time"),
+    "--lean-axes": ("draw_axis", _matplotlib_axis, "axes unmeasured", "axes by matplotlib"),
+}
+
+
+def interleaved(steps: int, option: str, rounds: int = 4) -> None:
+    """Median CPU time of a move with the dashboard's way and with matplotlib's (the `AB`
+    entry of `option`), interleaved round by round (the order alternating), so that the
+    machine's drift falls on both alike."""
+    name, stand_in, label_ours, label_theirs = AB[option]
     result = synthetic_result(steps)
-    stamps = dash_figures.TextStamps
+    ours = getattr(dash_figures, name)
     times: dict[bool, list[float]] = {True: [], False: []}
-
-    class Unstamped:
-        @staticmethod
-        def install(renderer: object) -> None:
-            return None
-
     try:
         for round_ in range(rounds):
-            for tiles in (True, False) if round_ % 2 else (False, True):
-                dash_figures.TextStamps = stamps if tiles else Unstamped  # type: ignore[misc]
-                dash_figures._warm_figures.clear()  # figures built again, with or without
+            for mine in (True, False) if round_ % 2 else (False, True):
+                setattr(dash_figures, name, ours if mine else stand_in)
+                dash_figures._warm_figures.clear()  # figures built again, one way or the other
                 dashboard = Dashboard(result)
                 try:
                     dashboard.tab.selected_index = dashboard.titles.index("Steps")
@@ -114,25 +131,26 @@ def text_tiles(steps: int, rounds: int = 4) -> None:
                     for _kind, window in windows(last):
                         start = process_time()
                         dashboard.slider.value = window
-                        times[tiles].append((process_time() - start) * 1e3)
+                        times[mine].append((process_time() - start) * 1e3)
                 finally:
                     dashboard.close()
     finally:
-        dash_figures.TextStamps = stamps
+        setattr(dash_figures, name, ours)
         dash_figures._warm_figures.clear()
-    for tiles, label in ((True, "text from tiles"), (False, "text drawn each time")):
+    for mine, label in ((True, label_ours), (False, label_theirs)):
         print(
-            f"{steps} steps, {label:<21} median {statistics.median(times[tiles]):6.1f} ms CPU"
-            f" over {len(times[tiles])} moves; {load()}"
+            f"{steps} steps, {label:<21} median {statistics.median(times[mine]):6.1f} ms CPU"
+            f" over {len(times[mine])} moves; {load()}"
         )
 
 
 def main() -> int:
     sizes = [int(arg) for arg in sys.argv[1:] if not arg.startswith("--")]
     for steps in sizes or [100_000, 1_000_000]:
-        if "--text-tiles" in sys.argv:
-            text_tiles(steps)
-        else:
+        options = [option for option in AB if option in sys.argv]
+        for option in options:
+            interleaved(steps, option)
+        if not options:
             bench(steps)
     return 0
 

@@ -103,7 +103,6 @@ def draw_axis(axis: Any, renderer: Any) -> None:
     axis.label.draw(renderer)
     axis.offsetText.set_text("")
     renderer.close_group("matplotlib.axis")
-    axis.stale = False
 
 
 class _KeptFigure:

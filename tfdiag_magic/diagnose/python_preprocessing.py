@@ -22,6 +22,9 @@ DOC = """\
 A loop of the cell that runs thousands of iterations with no training, evaluation or
 tf.function step inside, and takes a large share of the cell's time: Python handling data one
 element (or one sample) at a time — normalising pixels, building features, decoding records.
+The time counted is the loop's bodies and, where a Python iterator makes the items (a
+generator, `DataFrame.iterrows`), its waits for them; a loop over a tf.data dataset waits for
+the pipeline's compiled work, which is not counted.
 
 ## Why it hurts
 Each Python iteration costs tens to hundreds of nanoseconds of interpreter work before any
@@ -53,22 +56,31 @@ MIN_SHARE = 0.25
 MAX_MODEL_SHARE = 0.5  # of the loop's time, in eager model calls made in its bodies
 
 
+def python_seconds(record: Record, loop: LoopInfo) -> float:
+    """The loop's Python time: its bodies', and its waits for items where a Python iterator
+    makes them (a generator, ``DataFrame.iterrows``); a tf.data pipeline's wait is the
+    pipeline's compiled work (its own ``map`` already), not Python's."""
+    over_dataset = any(seen.api == "loop" and seen.loop == loop.id for seen in record.datasets)
+    return loop.seconds if over_dataset else loop.seconds + loop.wait
+
+
 def check(record: Record, source: str | None) -> Finding | None:
+    work = {loop.id: python_seconds(record, loop) for loop in record.loops}
     candidates = [
         loop
         for loop in record.loops
         if not loop.has_steps
         and loop.iterations >= MIN_ITERATIONS
-        and loop.seconds + loop.wait >= MIN_SECONDS
-        and loop.seconds + loop.wait >= MIN_SHARE * record.wall_time
-        and loop.model_seconds < MAX_MODEL_SHARE * (loop.seconds + loop.wait)
+        and work[loop.id] >= MIN_SECONDS
+        and work[loop.id] >= MIN_SHARE * record.wall_time
+        and loop.model_seconds < MAX_MODEL_SHARE * work[loop.id]
     ]
     if not candidates:
         return None
     # The outermost such loop holds the others' time: report the one with the most time, and
     # prefer the earliest line among loops with the same time (an outer loop over samples).
-    loop = max(candidates, key=lambda item: (item.seconds + item.wait, -item.lineno))
-    total = loop.seconds + loop.wait
+    loop = max(candidates, key=lambda item: (work[item.id], -item.lineno))
+    total = work[loop.id]
     inner = _inner_iterations(record, loop, candidates)
     evidence = {
         "loop": loop_label(record, loop.id),

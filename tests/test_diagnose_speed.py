@@ -69,6 +69,26 @@ def test_retracing_python_step_number_argument(tab):
     assert "`step`" in f.detail
 
 
+def test_retracing_on_a_python_value_the_body_converts_offers_no_rewrite_that_still_retraces(tab):
+    # `float(k)` in the body: the value cannot simply become a tensor argument, and
+    # `reduce_retracing=True` (offered before) generalises shapes, not Python values: the same
+    # 8 traces for 8 values. The finding stands, with the words of the fix and no rewrite.
+    result, r = profiled(
+        tab,
+        "@tf.function\n"
+        "def scale(v, k):\n"
+        "    return v * float(k)\n"
+        "for k in range(8):\n"
+        "    scale(tf.ones(3), k)\n",
+    )
+    assert result.success
+    f = the(r, "retracing")
+    assert f.evidence["function"] == "scale" and f.evidence["traces"] == 8
+    assert "`k`" in f.detail
+    assert "reduce_retracing" not in (f.rewrite or "")
+    assert "tf.constant" in f.fix
+
+
 def test_retracing_variable_length_batches(tab):
     # Token sequences padded to the longest of each batch: the batch shape changes every time.
     result, r = profiled(

@@ -137,10 +137,9 @@ def _cause(function, changing: dict[str, list[str]]) -> tuple[str, list]:
             f"The Python argument {shown} takes a new value on each call ({values}, ...):"
             " a Python value is part of the graph's signature, so each new value traces a new"
             " graph.",
-            [
-                (scalars_to_tensors, {"function": name, "arguments": python_args}),
-                (reduce_retracing, {"function": name}),
-            ],
+            # Not `reduce_retracing`: it generalises shapes, and a Python value stays part of
+            # the signature (the same 8 traces for 8 values). No tensor rewrite: no rewrite.
+            [(scalars_to_tensors, {"function": name, "arguments": python_args})],
         )
     shape_args = [k for k, v in changing.items() if is_shape_change(v)]
     if shape_args:

@@ -42,8 +42,8 @@ def split_functions(
 
 
 def traced_on_most_calls(function: dict[str, Any]) -> bool:
-    """A function of the code that traced on at least half of five or more calls."""
-    return function["calls"] >= 5 and function["traces"] * 2 >= function["calls"]
+    """A function of the code that traced on most (more than half) of five or more calls."""
+    return function["calls"] >= 5 and function["traces"] * 2 > function["calls"]
 
 
 def short_name(qualname: str) -> str:

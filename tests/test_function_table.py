@@ -137,3 +137,11 @@ def test_keras_internal_is_a_function_keras_defines_not_a_model_the_code_wraps()
     assert not is_keras_internal(tf.function(model.call).python_function)  # a Keras method
     assert not is_keras_internal(None)
     assert "one_step_on_data" in KERAS_FUNCTIONS_NOTE
+
+
+def test_traced_again_on_most_calls_means_more_than_half():
+    from tfdiag_magic.views.text import traced_on_most_calls
+
+    assert traced_on_most_calls({"calls": 12, "traces": 7})
+    assert not traced_on_most_calls({"calls": 12, "traces": 6})  # half is not most
+    assert not traced_on_most_calls({"calls": 4, "traces": 4})  # too few calls to say

@@ -12,6 +12,7 @@ import pytest
 from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
 from tests.helpers import profiled
 from tfdiag_magic.probes.loops import LoopHooks
+from tfdiag_magic.stats import time_split
 
 
 @pytest.fixture
@@ -995,6 +996,43 @@ def test_python_preprocessing_dataframe_iterrows(ip):
     assert f.evidence["loop"].startswith("line 3: for _, row in df.iterrows():")
     assert f.evidence["iterations"] == 40000
     assert f.evidence["inner_iterations"] == 0
+
+
+def test_a_reader_whose_end_is_slow_is_input_bound_and_its_wait_is_data_wait(ip):
+    # Each epoch's last next() waits 0.4 s before it finds no element (a reader's slow end of
+    # file): it was dropped, the run read "other 89 %, data wait 3 %" and no finding.
+    result, r = profiled(
+        ip,
+        "import time, numpy as np, tensorflow as tf, keras\n"
+        "def records():\n"
+        "    for i in range(20):\n"
+        "        yield np.full((8,), i, np.float32), np.float32(i)\n"
+        "    time.sleep(0.4)\n"
+        "ds = tf.data.Dataset.from_generator(records, output_signature=(\n"
+        "    tf.TensorSpec((8,), tf.float32), tf.TensorSpec((), tf.float32))).batch(4)\n"
+        "model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])\n"
+        "opt = keras.optimizers.SGD(0.001)\n"
+        "@tf.function\n"
+        "def train_step(x, y):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = tf.reduce_mean((model(x)[:, 0] - y) ** 2)\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    opt.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "for epoch in range(4):\n"
+        "    for x, y in ds:\n"
+        "        train_step(x, y)\n",
+    )
+    assert result.success
+    assert r.record.facts["loop_end_wait_s"] >= 4 * 0.4
+    split = time_split(r.record)
+    assert split.data_wait >= 4 * 0.4, split
+    assert split.compute + split.data_wait <= split.wall, split
+    inner = next(loop for loop in r.record.loops if loop.source.startswith("for x, y in ds"))
+    assert inner.wait >= 4 * 0.4, inner
+    # The next epoch's first step could not start before the end was found: its data wait.
+    firsts = r.steps[r.steps["phase"] == "train"]["data_wait"].to_numpy()[5::5]
+    assert len(firsts) == 3 and (firsts >= 0.4).all(), firsts
+    assert "input-bound" in {f.code for f in r.findings}, listing(r)
 
 
 def test_no_python_preprocessing_for_a_loop_that_waits_on_a_tf_data_pipelines_map(ip):

@@ -128,6 +128,7 @@ class OpenLoop:
 
     __slots__ = (
         "due",
+        "end_wait",
         "fetching",
         "has_steps",
         "index",
@@ -153,6 +154,7 @@ class OpenLoop:
         self.due = -math.inf  # when the rows are written at the latest (see `next_item`)
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
         self.fetching = False  # its iterator is being asked for the next item, timed as its wait
+        self.end_wait = 0.0  # the wait of the `next()` that found no item (see `items_ran_out`)
 
 
 class StepMark(NamedTuple):
@@ -229,6 +231,8 @@ class Recorder:
         self.graph_calls = 0  # top-level graph calls since the last training step ended
         # Input waits from the cell's loops, waiting to be attributed to the next step.
         self.pending_wait = NAN
+        # Seconds the loops' last `next()` waited to find no item: [all loops', nested loops']
+        self.ran_out_wait = [0.0, 0.0]
         self._step_since_item = True  # a training step since the last loop item (or the start)
         self.anchor = self.t0  # when the work of the next eager step can have begun (absolute)
         self.open_loops: list[OpenLoop] = []
@@ -838,9 +842,23 @@ class Recorder:
             if state.n > 2:
                 self.write_iterations(state)
 
+    def items_ran_out(self, state: OpenLoop, wait: float) -> None:
+        """The loop of `state` asked for an item and, after `wait` seconds, found there was
+        none: its items ran out (a reader's slow end, a generator's clean-up). The wait is the
+        loop's (`LoopInfo.wait`), counted in `ran_out_wait` (all loops', those nested in
+        another loop's), and, where the loop ran steps, the next step's data wait: the step
+        after the loop (the next epoch's first) could not start before it."""
+        state.totals[2] += wait
+        state.end_wait += wait
+        totals = self.ran_out_wait
+        totals[0] += wait
+        if self.open_loops and self.open_loops[0] is not state:
+            totals[1] += wait
+
     def end_loop(self, loop_id: int) -> None:
-        """The loop's waits that no step took are dropped; a wait from before it began that
-        no step has taken since is the next step's again."""
+        """The loop's waits that no step took are dropped, but for the wait of its last
+        `next()` where it ran steps (`items_ran_out`); a wait from before it began that no step
+        has taken since is the next step's again."""
         now = perf_counter()
         wait = NAN
         for state in reversed(self.open_loops):
@@ -850,6 +868,8 @@ class Recorder:
                 self.open_loops.remove(state)
                 if not state.has_steps:
                     wait = state.outer_wait
+                elif state.end_wait:
+                    wait = state.end_wait
                 break
         self.pending_wait = wait
 

@@ -199,6 +199,8 @@ def time_split(record: Record) -> TimeSplit:
     # `next(iterator)` in a loop's body), timed by the dataset-wait probe.
     iterator_wait = float(record.facts.get("iterator_wait_s", 0.0) or 0.0)
     data_wait += iterator_wait
+    # The loops' last next(), which found no item after a wait (probes.loops).
+    data_wait += float(record.facts.get("loop_end_wait_s", 0.0) or 0.0)
     if record.dropped is not None:
         # Rows a reduced table left out: their waits are exact; their time is counted as the
         # kept rows' is (overlaps, where an eager step holds function rows, shrink it alike).
@@ -230,6 +232,7 @@ def time_split(record: Record) -> TimeSplit:
         # as epoch) lie inside them, and so do its waits, which are data wait.
         outer = is_loop & (steps["epoch"] < 0)
         inner_waits = float(np.nansum(steps["data_wait"][is_loop & ~outer]))
+        inner_waits += float(record.facts.get("inner_loop_end_wait_s", 0.0) or 0.0)
         compute = float(steps["duration"][outer].sum()) - inner_waits
     compute = max(compute, 0.0)
     other = max(wall - compute - data_wait - tracing - callbacks, 0.0)

@@ -54,10 +54,12 @@ class LoopIterator:
         self._state.fetching = True  # this wait is the loop's (see `probes.dataset_waits`)
         try:
             item = self._next()
-        except BaseException:
+        except BaseException as error:
             # Exhausted (or raising): the iteration that was open ends when the next item was
             # asked for, as it would had one come.
             self._rec.next_item(self._state, before, None)
+            if isinstance(error, StopIteration):  # the wait for the end of the items
+                self._rec.items_ran_out(self._state, perf_counter() - before)
             raise
         self._rec.next_item(self._state, before, perf_counter())
         return item
@@ -273,8 +275,10 @@ class LoopProbe:
     def __init__(self, hooks: LoopHooks, namespace: dict[str, Any] | None = None) -> None:
         self._hooks = hooks
         self._namespace = namespace
+        self._recorder: Recorder | None = None
 
     def install(self, recorder: Recorder) -> None:
+        self._recorder = recorder
         self._hooks.activate(LoopRuntime(recorder))
 
     def remove(self) -> None:
@@ -289,3 +293,9 @@ class LoopProbe:
             for loop in record.loops
             if not loop.function or loop.iterations or loop.rows_dropped
         ]
+        rec, self._recorder = self._recorder, None
+        if rec is not None and rec.ran_out_wait[0]:
+            # The waits of the loops' last `next()`, which found no item (a reader's slow end):
+            # data wait, inside the outer loop's iterations where the loop ran in one.
+            record.facts["loop_end_wait_s"] = rec.ran_out_wait[0]
+            record.facts["inner_loop_end_wait_s"] = rec.ran_out_wait[1]

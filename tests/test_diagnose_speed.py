@@ -257,6 +257,28 @@ def test_repeated_predict_on_one_sample_at_a_time(compiled):
     assert f.evidence["loop"].startswith("line 3: for i in range(25):")
 
 
+@pytest.mark.parametrize("wall, severity", [(30.0, "info"), (4.0, "warning")])
+def test_repeated_predict_set_up_is_a_warning_only_where_it_is_a_tenth_of_the_run(wall, severity):
+    # Five predicts of a plotting loop after a long training (keras-io's weather forecasting:
+    # 1.1 s of set-up in a 35 s run) are worth a note; the same in a 4 s run, a warning.
+    from tfdiag_magic.diagnose import repeated_keras_call
+    from tfdiag_magic.record import KerasCall, LoopInfo
+    from tfdiag_magic.recorder import Recorder
+
+    record = Recorder().finish()
+    record.wall_time = wall
+    record.loops = [LoopInfo(id=0, lineno=3, source="for i in range(5):", iterations=5)]
+    record.keras_calls = [
+        KerasCall("predict", 20.0 + i, 0.23, 1, 0.01, 0, "sequential", 8.0, "numpy")
+        for i in range(5)
+    ]
+    f = repeated_keras_call.check(record, None)
+    assert f is not None and f.evidence["calls"] == 5
+    assert f.evidence["setup_s"] == pytest.approx(1.1)
+    assert f.evidence["setup_share_of_run"] == pytest.approx(1.1 / wall, rel=1e-3)
+    assert f.severity == severity
+
+
 def test_repeated_fit_one_epoch_at_a_time(compiled):
     result, r = profiled(
         compiled,

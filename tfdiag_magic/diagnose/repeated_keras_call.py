@@ -39,7 +39,8 @@ the batches inside the calls (the work), so the set-up share is measured, not gu
 ## Threshold
 Five or more calls of one API on one model from the same loop, with set-up (call time minus
 batch time) taking at least 30% of their total and at least 0.2 s in all; `compile` counts
-from three calls, since each one also forces the next `fit` to trace again. A model built
+from three calls, since each one also forces the next `fit` to trace again. A warning where the
+set-up takes at least 10% of the run's time, a note (info) below. A model built
 anew in the loop starts its own count (a search over models compiles and fits each one; with
 `clear_session()` the new models reuse the old names, so builds are told apart by time).
 """
@@ -48,6 +49,7 @@ MIN_CALLS = 5
 MIN_COMPILES = 3
 MIN_OVERHEAD_SHARE = 0.3
 MIN_OVERHEAD_SECONDS = 0.2
+WARNING_RUN_SHARE = 0.1  # of the run's wall time in set-up, from which it is a warning
 
 
 def check(record: Record, source: str | None) -> Finding | None:
@@ -131,9 +133,13 @@ def check(record: Record, source: str | None) -> Finding | None:
             " still has work of its own at its ends (callbacks, validation, a new pass over"
             " the data)."
         )
+    run_share = overhead / record.wall_time if record.wall_time > 0 else 1.0
+    evidence["setup_share_of_run"] = rounded(run_share, 3)
     finding = Finding(
         code=CODE,
-        severity="warning",
+        # A set-up cost that is a small part of the run (five predicts of a plotting loop
+        # after a long training) is worth knowing, not a warning.
+        severity="warning" if run_share >= WARNING_RUN_SHARE else "info",
         title=(
             f"`{api}` called {count} times in a loop:"
             f" {share(overhead, total)} of its time outside its batches"

@@ -89,12 +89,17 @@ def draw_axis(axis: Any, renderer: Any) -> None:
     offset text ("1e6", "+5e5") clear of them: about a tenth of a window's redraw. A kept
     figure's axis labels sit at coordinates of their own (`_KeptFigure._place_labels`), so the
     measures only place an offset text: an axis that has one, or whose label matplotlib
-    places, is drawn by matplotlib itself.
+    places, is drawn by matplotlib itself, and so is every axis of a matplotlib without the
+    private parts this reads (`_update_ticks`, `_autolabelpos`: 3.7 to 3.11 have them).
     """
     if not axis.get_visible():
         return
-    ticks = axis._update_ticks()
-    if axis._autolabelpos or axis.major.formatter.get_offset():
+    update_ticks = getattr(axis, "_update_ticks", None)
+    if update_ticks is None or getattr(axis, "_autolabelpos", True):
+        axis.draw(renderer)
+        return
+    ticks = update_ticks()
+    if axis.major.formatter.get_offset():
         axis.draw(renderer)  # measures and places them (its own `_update_ticks` again)
         return
     renderer.open_group("matplotlib.axis", gid=axis.get_gid())

@@ -90,7 +90,7 @@ def draw_axis(axis: Any, renderer: Any) -> None:
     figure's axis labels sit at coordinates of their own (`_KeptFigure._place_labels`), so the
     measures only place an offset text: an axis that has one, or whose label matplotlib
     places, is drawn by matplotlib itself, and so is every axis of a matplotlib without the
-    private parts this reads (`_update_ticks`, `_autolabelpos`: 3.7 to 3.11 have them).
+    private parts this reads (`_update_ticks`, `_autolabelpos`, as in 3.11).
     """
     if not axis.get_visible():
         return

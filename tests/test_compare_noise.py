@@ -164,6 +164,23 @@ def test_a_busy_machine_widens_the_band_by_the_cpu_wait_per_step():
     assert calm.half_width == pytest.approx(0.15, abs=0.01)
 
 
+def test_a_wait_holds_back_only_the_verdict_its_own_run_could_fake():
+    rng = np.random.default_rng(5)
+    steps = 0.35e-3 * (1 + 0.02 * rng.standard_normal(300))
+    waited, calm, share = 0.27e-3, 1e-6, (0.1, 0.1)
+    # Twice as fast: a wait of the first run could have made it look slow, and holds the
+    # verdict back; the same wait in the second run only made the change look smaller.
+    faster = float(steps.mean() / (steps / 2).mean())
+    assert not interval_band(faster, steps, steps / 2, (waited, calm), share).measurable
+    found = interval_band(faster, steps, steps / 2, (calm, waited), share)
+    assert found.measurable and found.deciding == pytest.approx(2.0, rel=0.02)
+    # Twice as slow: the other way round.
+    slower = float(steps.mean() / (steps * 2).mean())
+    held = interval_band(slower, steps, steps * 2, (calm, waited), share)
+    assert not held.measurable and held.cpu_wait == pytest.approx(waited)
+    assert interval_band(slower, steps, steps * 2, (waited, calm), share).measurable
+
+
 def test_cpu_work_widens_the_band_by_how_far_it_drifts_between_runs():
     rng = np.random.default_rng(4)
     quiet = 0.45e-3 * (1 + 0.02 * rng.standard_normal(300))

@@ -73,6 +73,7 @@ try:
     probe.remove()
     shares["spin"] = probe._share
     shares["spin_wait"] = probe._waited
+    shares["spin_other"] = probe._other
 finally:
     hog.kill()
     hog.wait()
@@ -99,6 +100,42 @@ def test_cpu_work_reads_as_cpu_work_when_a_neighbour_takes_half_the_cpu():
     assert shares["spin_wait"] >= 0.15, shares  # the neighbour did take the CPU
     assert shares["spin"] >= 0.8, shares
     assert shares["sleep"] <= 0.2, shares
+    # The neighbour ran about half of the second on that CPU: enough to explain the wait.
+    assert shares["spin_other"] >= 0.3, shares
+
+
+# Two threads of the process's own, pinned to one CPU, each hashing with the GIL released: each
+# runs about half of the second and waits the other half, for the other. No other program ran
+# on that CPU for as long: the wait is the process's own.
+OWN_THREADS = """
+import hashlib, json, os, threading, time
+from tfdiag_magic.probes.cpu_wait import CpuWaitProbe
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+data = bytes(1 << 20)
+def spin(until):
+    while time.perf_counter() < until:
+        hashlib.sha256(data).digest()
+probe = CpuWaitProbe()
+probe.install(None)
+until = time.perf_counter() + 1.0
+threads = [threading.Thread(target=spin, args=(until,)) for _ in range(2)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+probe.remove()
+print(json.dumps({"waited": probe._waited, "other": probe._other}))
+"""
+
+
+def test_threads_waiting_for_each_other_are_not_read_as_a_neighbour():
+    done = subprocess.run(
+        [sys.executable, "-c", OWN_THREADS], capture_output=True, text=True, timeout=60, check=True
+    )
+    read = json.loads(done.stdout)
+    assert read["waited"] >= 0.3, read  # the threads did wait, for each other
+    # Another test's process may run on the CPU meanwhile; it then adds to both readings.
+    assert read["other"] < 0.5 * read["waited"], read
 
 
 def test_the_reading_is_seconds_and_never_goes_back():
@@ -121,9 +158,11 @@ def test_a_profiled_run_records_its_cpu_wait_and_the_headline_spreads_it(ip):
     record = ip.user_ns["r"].record
     waited = record.facts["cpu_wait_s"]
     assert isinstance(waited, float) and 0.0 <= waited < record.wall_time * 8
+    other = record.facts["other_cpu_s"]
+    assert isinstance(other, float) and other >= 0.0
     headline = headline_of(record)
-    # The wait per second of the run, over one step's interval.
-    expected = waited / record.wall_time * headline.step_interval
+    # The wait other programs can have caused, per second of the run, over one step's interval.
+    expected = min(waited, other) / record.wall_time * headline.step_interval
     assert headline.cpu_wait_per_step == pytest.approx(expected)
     assert json.loads(json.dumps(headline.to_dict(), default=str))["cpu_wait_per_step"] >= 0
 

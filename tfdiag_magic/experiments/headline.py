@@ -144,12 +144,17 @@ def _cpu_share(record: Record) -> float | None:
 
 
 def _cpu_wait_per_step(record: Record, interval: float | None) -> float | None:
-    """The run's CPU wait (probes/cpu_wait.py) per second of the run, times its steady step
-    interval: the wait a step took, where a cell also spends time outside its steps."""
+    """The run's CPU wait that other programs can have caused (probes/cpu_wait.py), per second
+    of the run, times its steady step interval: the wait a step took, where a cell also spends
+    time outside its steps."""
     waited = record.facts.get("cpu_wait_s")
     if not isinstance(waited, (int, float)) or not interval or record.wall_time <= 0:
         return None
-    return float(waited) / float(record.wall_time) * float(interval)
+    other = record.facts.get("other_cpu_s")
+    other = float(other) if isinstance(other, (int, float)) else None
+    # Another program cannot have held the run's threads back for longer than it ran.
+    caused = float(waited) if other is None else min(float(waited), other)
+    return caused / float(record.wall_time) * float(interval)
 
 
 def _phase_numbers(record: Record, code: int) -> dict[str, Any]:

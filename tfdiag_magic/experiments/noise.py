@@ -24,9 +24,11 @@ The floor is 1 + `FAST_STEPS_NOISE` + drift + busy, three parts each measured:
   layers), their CPU time per step rising with them; consecutive runs read up to 1.41× apart,
   and up to 1.53× beside a CPU hog with 0.07 ms of CPU wait a step. A pure NumPy and Python
   loop there held within 13 %, and sleeps do not drift.
-- busy, the busier run's CPU wait per step (Linux's per-thread run-queue time,
-  probes/cpu_wait.py) over the fastest step: a busy machine can shift every step of a run, the
-  fastest included. With a CPU hog on one of two cores, ~0.35 ms steps of the same cell ran at
+- busy, a run's CPU wait per step (Linux's per-thread run-queue time, as far as other
+  programs' CPU time can explain it, probes/cpu_wait.py) over the other run's fastest step: a
+  busy machine can shift every step of a run, the fastest included. A wait only lengthens the
+  run that waited, so "faster" is held back by the first run's wait and "slower" by the
+  second's. With a CPU hog on one of two cores, ~0.35 ms steps of the same cell ran at
   0.35 ms for a dozen runs and then at 0.6 ms (1.7x; CI once read 2.2x) while the runs'
   threads waited 0.1-0.3 ms per step (0.27 over 0.35 ms widens the floor by 0.77). On a quiet
   machine the wait is near nothing.
@@ -67,8 +69,8 @@ class Band:
     low: float
     high: float
     decided_by: float | None = None  # the fastest steps' ratio; None: `ratio` decided
-    # Seconds per step the busier run's threads waited for a CPU, where that widened the band
-    # by `BUSY_NOTE` or more (the verdict says so).
+    # Seconds per step the threads of the run whose slowness would fake the change waited for
+    # a CPU, where that widened the band by `BUSY_NOTE` or more (the verdict says so).
     cpu_wait: float | None = None
 
     @property
@@ -112,10 +114,10 @@ def interval_band(
     `before` and `after` are the runs' steady start-to-start intervals in time order. `ratio`
     may carry the runs' batch sizes too (a throughput ratio); they are exact, and scale the
     fastest steps' ratio the same way. `cpu_wait` is each run's time per step its threads
-    waited for a CPU (None: not known): the fastest steps of the busier run may have been
-    slowed by as much, so the floor widens by it. `cpu_share` is the share of each run its CPU
-    work filled (None: not known, taken as all of it): the floor widens by `CPU_DRIFT` times
-    the larger."""
+    waited for a CPU (None: not known): the fastest steps of a run may have been slowed by as
+    much, so the floor on the side that run's slowness would fake widens by it. `cpu_share` is
+    the share of each run its CPU work filled (None: not known, taken as all of it): the floor
+    widens by `CPU_DRIFT` times the larger."""
     if (
         before is None
         or after is None
@@ -130,15 +132,24 @@ def interval_band(
     second = _resampled_fast(_thinned(after), rng)
     fast = scale * _fast(before) / _fast(after)
     low, high = (scale * np.percentile(first / second, [2.5, 97.5])).tolist()
-    waited = max((w for w in cpu_wait if w is not None and np.isfinite(w)), default=0.0)
-    busy = waited / min(_fast(before), _fast(after))
+    # A wait only lengthens the run that waited: a run that came out faster was not made
+    # faster by its own wait, so "faster" is held back by the first run's wait alone, over the
+    # second's fastest step, and "slower" by the second's over the first's.
+    waited_before, waited_after = (_wait(w) for w in cpu_wait)
+    busy_faster = waited_before / _fast(after)
+    busy_slower = waited_after / _fast(before)
     drift = CPU_DRIFT * max(_share(share) for share in cpu_share)
-    floor_low = 1.0 / (1.0 / (1.0 - FAST_STEPS_NOISE) + drift + busy)
-    floor_high = 1.0 + FAST_STEPS_NOISE + drift + busy
+    floor_low = 1.0 / (1.0 / (1.0 - FAST_STEPS_NOISE) + drift + busy_slower)
+    floor_high = 1.0 + FAST_STEPS_NOISE + drift + busy_faster
     if (low > 1.0 and fast >= floor_high) or (high < 1.0 and fast <= floor_low):
         return Band(ratio, low, high, fast)
+    busy, waited = (busy_faster, waited_before) if fast >= 1.0 else (busy_slower, waited_after)
     widened = waited if busy >= BUSY_NOTE else None
     return Band(ratio, min(low, floor_low), max(high, floor_high), fast, widened)
+
+
+def _wait(wait: float | None) -> float:
+    return float(wait) if wait is not None and np.isfinite(wait) and wait > 0 else 0.0
 
 
 def _share(share: float | None) -> float:

@@ -4,9 +4,9 @@ and how much of the run its CPU work filled (``facts["cpu_share"]``).
 Linux counts, for each thread, the time it ran on a CPU and the time it was ready to run and
 waiting in a CPU's run queue (the first two fields of ``/proc/self/task/<tid>/schedstat``).
 Summed over the process's threads at the run's start and end, the wait's difference is the time
-a busy machine, not the code, kept the run's work waiting: a comparison of two runs reads it as
-noise (experiments/noise.py). Threads that ended during the run take their counts with them, so
-both are lower bounds.
+the run's work was kept waiting: a comparison of two runs reads what a busy machine caused of
+it as noise (experiments/noise.py). Threads that ended during the run take their counts with
+them, so both are lower bounds.
 
 The CPU share is the larger of the run's own thread's CPU time over the run's wall time less
 that thread's own run-queue wait, and all threads' CPU time over the wall time of every CPU the
@@ -16,6 +16,15 @@ waiting for a CPU is left out of its wall time: a neighbour that takes the CPU f
 doing CPU work does not make that work read as sleep. A comparison widens its floor by the
 share, as CPU work drifts between runs where sleeps do not.
 
+Not every wait is a neighbour's: threads of the cell's own (a parallel ``tf.data`` map wakes
+many at once) wait for each other on a quiet machine, the same in every run. So the probe also
+reads, from ``/proc/stat``, the CPU time everything else used on the CPUs the process may use
+during the run, the hypervisor's steal included (``facts["other_cpu_s"]``): a neighbour that
+ran for that long cannot have held the run's work back for longer. A comparison counts the
+smaller of the two (experiments/headline.py). On a machine whose ``/proc/stat`` counts CPUs the
+process shares with many others (a container on a large host), that time is large and the
+wait counts whole.
+
 Read twice per run, from files only: nothing of the run's is touched. None where the kernel
 does not provide the counts (not Linux, or a kernel that keeps no scheduler statistics and
 writes zeros there): a comparison then keeps its widest floor.
@@ -24,6 +33,7 @@ writes zeros there): a comparison then keeps its widest floor.
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 from typing import NamedTuple
@@ -32,6 +42,10 @@ from ..record import Record
 from ..recorder import Recorder
 
 _TASKS = "/proc/self/task"
+_STAT = "/proc/stat"
+# /proc/stat counts in clock ticks: each CPU's count may be up to this many ticks late at
+# either read, so this many ticks a CPU are added to the other programs' time.
+_TICK_MARGIN = 2
 
 
 class ThreadTimes(NamedTuple):
@@ -53,16 +67,26 @@ class CpuWaitProbe:
         self._thread = 0
         self._waited: float | None = None
         self._share: float | None = None
+        self._busy_start: float | None = None
+        self._own_start = 0.0
+        self._other: float | None = None
 
     def install(self, recorder: Recorder) -> None:
         del recorder
         self._thread = threading.get_native_id()
         self._start = thread_times(self._thread)
+        self._busy_start = cpus_busy()
+        self._own_start = own_cpu()
         self._started_at = time.perf_counter()
 
     def remove(self) -> None:
         wall = time.perf_counter() - self._started_at
         end = thread_times(self._thread)
+        busy = cpus_busy()
+        if busy is not None and self._busy_start is not None:
+            own = own_cpu() - self._own_start
+            margin = _TICK_MARGIN * len(_usable_cpu_ids()) / _ticks_per_second()
+            self._other = max(0.0, busy - self._busy_start - own) + margin
         start = self._start
         if start is None or end is None:
             return
@@ -79,6 +103,44 @@ class CpuWaitProbe:
             record.facts["cpu_wait_s"] = round(self._waited, 6)
         if self._share is not None:
             record.facts["cpu_share"] = round(self._share, 4)
+        if self._other is not None:
+            record.facts["other_cpu_s"] = round(self._other, 6)
+
+
+def own_cpu() -> float:
+    """CPU seconds the process has used, its ended threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpus_busy() -> float | None:
+    """Seconds the CPUs this process may use have been busy (not idle, not waiting for I/O;
+    time the hypervisor stole counts as busy), or None."""
+    wanted = {f"cpu{cpu}" for cpu in _usable_cpu_ids()}
+    ticks = 0
+    found = 0
+    try:
+        with open(_STAT, encoding="ascii") as file:
+            for line in file:
+                name, _, rest = line.partition(" ")
+                if name not in wanted:
+                    continue
+                # user nice system idle iowait irq softirq steal (guest time is in user)
+                fields = [int(value) for value in rest.split()[:8]]
+                ticks += sum(fields) - fields[3] - fields[4]
+                found += 1
+    except (OSError, ValueError, IndexError):
+        return None
+    if found != len(wanted):
+        return None
+    return ticks / _ticks_per_second()
+
+
+def _ticks_per_second() -> int:
+    try:
+        return int(os.sysconf("SC_CLK_TCK")) or 100
+    except (AttributeError, ValueError, OSError):
+        return 100
 
 
 def threads_cpu_wait() -> float | None:
@@ -114,7 +176,11 @@ def thread_times(thread: int | None = None) -> ThreadTimes | None:
 
 
 def _usable_cpus() -> int:
+    return max(1, len(_usable_cpu_ids()))
+
+
+def _usable_cpu_ids() -> set[int]:
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return set(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        return set(range(os.cpu_count() or 1))

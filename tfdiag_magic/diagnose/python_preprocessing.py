@@ -23,8 +23,9 @@ A loop of the cell that runs thousands of iterations with no training, evaluatio
 tf.function step inside, and takes a large share of the cell's time: Python handling data one
 element (or one sample) at a time — normalising pixels, building features, decoding records.
 The time counted is the loop's bodies and, where a Python iterator makes the items (a
-generator, `DataFrame.iterrows`), its waits for them; a loop over a tf.data dataset waits for
-the pipeline's compiled work, which is not counted.
+generator, `DataFrame.iterrows`), its waits for them; a loop over a tf.data dataset (its
+iterator too, or either in `enumerate` or `zip`) waits for the pipeline's compiled work, which
+is not counted.
 
 ## Why it hurts
 Each Python iteration costs tens to hundreds of nanoseconds of interpreter work before any

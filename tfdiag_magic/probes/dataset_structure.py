@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -71,6 +72,60 @@ _FUNCTION_NAME = re.compile(r"^Dataset_(?:" + "|".join(_METHODS) + r")_(.*)$")
 _read: weakref.WeakKeyDictionary[Any, tuple[tuple[DatasetStage, ...], bool]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+# Builtin wrappers a loop puts around a dataset (`enumerate(ds)`, `zip(a, b)`): their
+# ``__reduce__`` returns the iterators they hold, running nothing.
+_WRAPPERS = (enumerate, zip)
+# Iterators that make their items without running Python code of anyone's.
+_PLAIN_ITERATORS = (
+    *(type(iter(kind)) for kind in ([], (), range(1), range(1 << 70), "", b"", {}.items())),
+    itertools.count,
+    itertools.repeat,
+)
+MAX_WRAPPED = 8  # iterators read inside one loop's iterable
+
+
+def datasets_drawn_by(iterable: Any) -> list[Any]:
+    """The tf.data datasets a loop over `iterable` takes its items from: the dataset itself or
+    its iterator, alone or inside `enumerate` or `zip` beside iterators that run no Python (a
+    list's, a range's); [] where any Python code makes items (a generator, a
+    Python iterator class): then the loop's waits are Python's. Reads only what the objects
+    hold: nothing is iterated. Never raises."""
+    try:
+        found: list[Any] = []
+        pending = [iterable]
+        seen = 0
+        while pending:
+            current = pending.pop()
+            seen += 1
+            if seen > MAX_WRAPPED:
+                return []
+            kind = type(current)
+            if kind in _WRAPPERS:  # enumerate holds (iterator, count), zip its iterators
+                held = current.__reduce__()[1]
+                pending.extend(item for item in held if not isinstance(item, int))
+                continue
+            dataset = _tf_dataset(current)
+            if dataset is not None:
+                found.append(dataset)
+            elif kind not in _PLAIN_ITERATORS:
+                return []
+        return found
+    except Exception:
+        return []
+
+
+def _tf_dataset(data: Any) -> Any | None:
+    """`data` if it is a tf.data dataset, the dataset a tf.data iterator reads, else None."""
+    if not type(data).__module__.startswith("tensorflow"):
+        return None
+    from tensorflow.python.data.ops.dataset_ops import DatasetV2
+
+    if isinstance(data, DatasetV2):
+        return data
+    dataset = getattr(data, "_dataset", None)  # iterator_ops.OwnedIterator's
+    return dataset if isinstance(dataset, DatasetV2) else None
 
 
 def note_dataset(rec: Recorder, data: Any, api: str, loop: int | None = None) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..record import Record
 from ..recorder import OpenLoop, Recorder
-from .dataset_structure import note_dataset
+from .dataset_structure import datasets_drawn_by, note_dataset
 
 NAN = math.nan
 get_ident = threading.get_ident
@@ -73,7 +73,8 @@ class LoopRuntime:
 
     def iterate(self, iterable: Iterable[Any], loop_id: int) -> Iterator[Any]:
         __tracebackhide__ = True
-        note_dataset(self._rec, iterable, "loop", loop_id)  # a tf.data pipeline's make-up
+        for dataset in datasets_drawn_by(iterable):  # a tf.data pipeline's make-up
+            note_dataset(self._rec, dataset, "loop", loop_id)
         iterator = iter(iterable)
         return LoopIterator(iterator, self._rec, self._rec.begin_loop(loop_id))
 

@@ -1042,6 +1042,7 @@ def test_a_reader_whose_end_is_slow_is_input_bound_and_its_wait_is_data_wait(ip)
         "for i, x in enumerate(ds):",  # the loop of Keras' guide to training loops
         "for x in iter(ds):",
         "for x, i in zip(ds, range(2000)):",
+        "for x in tqdm(ds):",  # a notebook's progress bar
     ],
 )
 def test_no_python_preprocessing_for_a_loop_that_waits_on_a_tf_data_pipelines_map(ip, header):
@@ -1051,6 +1052,7 @@ def test_no_python_preprocessing_for_a_loop_that_waits_on_a_tf_data_pipelines_ma
     result, r = profiled(
         ip,
         "import tensorflow as tf\n"
+        "from tqdm import tqdm\n"
         "def decode(x):\n"
         "    for _ in range(400):  # 0.75 ms an element here (1.5 s in all): a wait over\n"
         "        x = tf.sin(x) + 1.0  # 0.5 s on a CPU twice as fast too\n"

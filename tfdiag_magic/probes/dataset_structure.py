@@ -88,8 +88,8 @@ MAX_WRAPPED = 8  # iterators read inside one loop's iterable
 
 def datasets_drawn_by(iterable: Any) -> list[Any]:
     """The tf.data datasets a loop over `iterable` takes its items from: the dataset itself or
-    its iterator, alone or inside `enumerate` or `zip` beside iterators that run no Python (a
-    list's, a range's); [] where any Python code makes items (a generator, a
+    its iterator, alone or inside `enumerate`, `zip` (beside iterators that run no Python: a
+    list's, a range's) or a `tqdm` progress bar; [] where any Python code makes items (a generator, a
     Python iterator class): then the loop's waits are Python's. Reads only what the objects
     hold: nothing is iterated. Never raises."""
     try:
@@ -105,6 +105,9 @@ def datasets_drawn_by(iterable: Any) -> list[Any]:
             if kind in _WRAPPERS:  # enumerate holds (iterator, count), zip its iterators
                 held = current.__reduce__()[1]
                 pending.extend(item for item in held if not isinstance(item, int))
+                continue
+            if kind.__module__.startswith("tqdm.") and hasattr(current, "iterable"):
+                pending.append(current.iterable)  # a progress bar: it yields what it iterates
                 continue
             dataset = _tf_dataset(current)
             if dataset is not None:

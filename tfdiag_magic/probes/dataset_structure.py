@@ -89,9 +89,9 @@ MAX_WRAPPED = 8  # iterators read inside one loop's iterable
 def datasets_drawn_by(iterable: Any) -> list[Any]:
     """The tf.data datasets a loop over `iterable` takes its items from: the dataset itself or
     its iterator, alone or inside `enumerate`, `zip` (beside iterators that run no Python: a
-    list's, a range's) or a `tqdm` progress bar; [] where any Python code makes items (a generator, a
-    Python iterator class): then the loop's waits are Python's. Reads only what the objects
-    hold: nothing is iterated. Never raises."""
+    list's, a range's) or a `tqdm` progress bar; [] where any Python code makes items (a
+    generator, a Python iterator class): then the loop's waits are Python's. Reads only what
+    the objects hold: nothing is iterated. Never raises."""
     try:
         found: list[Any] = []
         pending = [iterable]

@@ -102,7 +102,8 @@ def snapshot(value: Any, depth: int = 0) -> Any:
 def user_frames(error: BaseException | None) -> list[tuple[str, str, int, str]]:
     """(file, function, line number, line text) of the user's frames of `error`'s traceback.
 
-    A cell's file is named "<cell>" (its real name carries the execution count). IPython's
+    A cell's file is named "<cell>" (its real name carries the execution count), and a file
+    autograph generated "<autograph>". IPython's
     frames, the tool's and the magic's own call line are left out: see the module docstring.
     """
     if error is None:
@@ -115,6 +116,8 @@ def user_frames(error: BaseException | None) -> list[tuple[str, str, int, str]]:
             continue
         in_cell = not os.path.isfile(frame.filename)
         name = "<cell>" if in_cell else frame.filename
+        if os.path.basename(name).startswith("__autograph_generated_file"):
+            name = "<autograph>"  # a temporary file of a new name for each conversion
         frames.append((name, frame.name, frame.lineno or 0, frame.line or ""))
     return frames
 
@@ -931,6 +934,85 @@ def test_exception_from_a_functions_loop_points_at_the_users_real_lines(ip, caps
     assert [frame[1] for frame in plain.frames] == ["<module>", "main", "load_all"]
     assert_same(plain, profiled)
     assert_real_lines(profiled, FAILING_IN_A_FUNCTIONS_LOOP)
+
+
+# An optimizer update that fails while the tf.function is converted: TensorFlow writes the
+# stack "in user code:" into the message, through the tool's wrapper of the optimizer's apply.
+FAILING_UPDATE_IN_A_FUNCTION = """\
+import tensorflow as tf
+import keras
+
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+optimizer = keras.optimizers.Adam()
+
+@tf.function
+def train_step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip([grads[0], tf.zeros((4,))], model.trainable_variables))
+    return loss
+
+for step in range(3):
+    train_step(tf.ones((2, 4)))
+"""
+
+# An op that fails when the graph runs: TensorFlow writes where the op was "defined at" (most
+# recent call last), through the tool's call of the tf.function and the cell's runner.
+FAILING_OP_IN_A_FUNCTION = """\
+import tensorflow as tf
+
+@tf.function
+def pick(x):
+    return tf.gather(x, 5)
+
+for step in range(2):
+    pick(tf.range(3))
+"""
+
+
+def _defined_at(message: str) -> list[str]:
+    """The frames of a "defined at" stack in `message`, less the magic's own call (the cell's
+    first line calling IPython's run_cell_magic), which no cell magic can leave out."""
+    frames = re.findall(r'^\s*File "([^"]+)", line \d+, in (\S+)', message, re.MULTILINE)
+    kept = []
+    for index, (file, function) in enumerate(frames):
+        after = frames[index + 1] if index + 1 < len(frames) else ("", "")
+        if after[1] == "run_cell_magic" or function == "run_cell_magic":
+            continue
+        kept.append(f"{file} {function}")
+    return kept
+
+
+def test_tensorflows_stack_in_user_code_names_no_file_of_the_tool(ip, capsys):
+    from tensorflow.python.util import traceback_utils
+
+    excluded = traceback_utils._EXCLUDED_PATHS
+    plain, profiled = run_twice(ip, capsys, FAILING_UPDATE_IN_A_FUNCTION)
+    assert "in user code:" in plain.error[1], plain.error
+    assert TOOL_DIR not in str(profiled.exception)  # it named optimizer_updates.py
+    assert_same(plain, profiled)
+    assert traceback_utils._EXCLUDED_PATHS is excluded  # put back as it was
+
+
+def test_tensorflows_defined_at_stack_names_no_file_of_the_tool(ip, capsys):
+    from tensorflow.python.framework import error_interpolation
+    from tensorflow.python.util import tf_stack
+
+    filters = list(tf_stack._source_filter_stacks[tf_stack._get_thread_key()])
+    prefixes = error_interpolation._FRAMEWORK_PATH_PREFIXES
+    plain, profiled = run_twice(ip, capsys, FAILING_OP_IN_A_FUNCTION)
+    assert plain.error[0] == "InvalidArgumentError", plain.error
+    assert "defined at" in plain.error[1], plain.error
+    # It named magics.py, code_runner.py and tf_functions.py.
+    assert TOOL_DIR not in str(profiled.exception)
+    ipython_input = re.compile(r"<ipython-input-[^>]*>")
+    shown = [ipython_input.sub("<cell>", frame) for frame in _defined_at(str(profiled.exception))]
+    expected = [ipython_input.sub("<cell>", frame) for frame in _defined_at(str(plain.exception))]
+    assert shown == expected
+    assert tf_stack._source_filter_stacks[tf_stack._get_thread_key()] == filters
+    assert error_interpolation._FRAMEWORK_PATH_PREFIXES is prefixes
 
 
 # A fresh shell's first TensorFlow cell, plainly and profiled, each in its own interpreter: while

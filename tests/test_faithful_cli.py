@@ -190,7 +190,7 @@ class Ended:
 
 def _script(folder: Path, name: str) -> Path:
     script = folder / f"{name.replace('-', '_')}.py"
-    script.write_text(SCRIPTS[name], encoding="utf-8")
+    script.write_text({**SCRIPTS, **IN_ITS_OWN_INTERPRETER}[name], encoding="utf-8")
     return script
 
 
@@ -233,6 +233,22 @@ def in_process(script: Path, capsys, monkeypatch) -> tuple[Ended, Path]:
     assert sys.path is path and sys.path == path_items
     assert sys.modules["__main__"] is main
     return Ended(status, out, err), report
+
+
+# An op that fails when its graph runs: TensorFlow's message lists where the op was "defined
+# at", a stack from the interpreter's start. Run in a subprocess only: in this process that
+# stack holds pytest's frames, which a plain run has not.
+TF_OP_ERROR = """\
+import tensorflow as tf
+
+@tf.function
+def pick(x):
+    return tf.gather(x, 5)
+
+for step in range(2):
+    pick(tf.range(3))
+"""
+IN_ITS_OWN_INTERPRETER = {"tf-op-error": TF_OP_ERROR}
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))
@@ -293,9 +309,10 @@ def test_script_globals_while_it_runs_are_the_plain_ones(tmp_path, capsys, monke
     assert profiled.stdout.splitlines()[0] == reference.stdout.splitlines()[0]
 
 
-@pytest.mark.parametrize("name", ["exit-message", "raise"])
+@pytest.mark.parametrize("name", ["exit-message", "raise", "tf-op-error"])
 def test_python_m_tfdiag_magic_profile_ends_as_python_script(name: str, tmp_path):
-    """The whole command, in its own interpreter, as a user runs it."""
+    """The whole command, in its own interpreter, as a user runs it. (TensorFlow's stack of
+    where an op was defined named runpy's frames and the tool's.)"""
     script = _script(tmp_path, name)
     reference = plain(script)
     profiled = _subprocess(

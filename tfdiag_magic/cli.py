@@ -140,6 +140,18 @@ def merge_reports(
     return 0
 
 
+def _launcher_files() -> tuple[str, ...]:
+    """The files on the stack below the script that a plain ``python SCRIPT`` has not: runpy's
+    (``python -m tfdiag_magic``) and the entry point's (``tfdiag-magic``, a console script)."""
+    import runpy
+
+    files = [f"<frozen {runpy.__name__}>", runpy.__file__]
+    launcher = getattr(sys.modules.get("__main__"), "__file__", None)
+    if launcher:
+        files.append(launcher)
+    return tuple(files)
+
+
 def profile_script(
     script: str | os.PathLike[str], argv: list[str], instrument: bool = True, ops: bool = False
 ) -> tuple[ProfileResult, BaseException | None]:
@@ -164,7 +176,7 @@ def profile_script(
     main_module = _main_module(path)
     namespace: dict[str, Any] = main_module.__dict__
     session = Session(
-        SessionOptions(ops=ops),
+        SessionOptions(ops=ops, launcher_files=_launcher_files()),
         source=source,
         loops=prepared.loops,
         namespace=namespace,

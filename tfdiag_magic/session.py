@@ -40,6 +40,7 @@ from .probes.nvml_probe import NVMLProbe
 from .probes.ops_window import OpsWindowProbe
 from .probes.optimizer_updates import OptimizerProbe
 from .probes.tf_functions import TFFunctionProbe
+from .probes.traceback_frames import TracebackFramesProbe
 from .probes.worker import WorkerProbe
 from .record import KINDS, TOOL_VERSION, Kind, LoopInfo, Record
 from .recorder import Recorder
@@ -53,6 +54,9 @@ class SessionOptions:
     nvml_interval: float = 0.1  # seconds between NVML samples (when a GPU exists)
     nvml: bool = True
     ops: bool = False  # the ops window: TensorFlow's profiler over a few steady steps
+    # Files of what launched the run that a plain run has not on its stack (the command line's
+    # runpy and entry point): left out of the stacks TensorFlow prints, as the tool's own are.
+    launcher_files: tuple[str, ...] = ()
 
 
 class Session:
@@ -127,6 +131,7 @@ class Session:
                 DatasetWaitProbe(),
                 WorkerProbe(),
                 NVMLProbe(self.options.nvml_interval if self.options.nvml else None),
+                TracebackFramesProbe(self.options.launcher_files),
                 CpuWaitProbe(),  # installed late and removed early: close to the run itself
             ]
             if self.loop_hooks is not None:  # the code's loops, and their eager model calls

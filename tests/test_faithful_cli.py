@@ -269,6 +269,17 @@ def test_profiled_script_ends_as_the_plain_script_and_gives_sys_back(
         assert json.loads(report.read_text(encoding="utf-8"))["schema"] == 1
 
 
+def test_the_report_starts_on_a_line_of_its_own_after_output_without_a_newline(
+    tmp_path, capsys, monkeypatch
+):
+    script = tmp_path / "progress.py"
+    script.write_text("print('epoch 1/1 done', end='')\n", encoding="utf-8")
+    profiled, _ = in_process(script, capsys, monkeypatch)
+    # It read "epoch 1/1 donetfdiag_magic: 0 training steps ...".
+    assert profiled.stdout.splitlines()[:2][0] == "epoch 1/1 done"
+    assert profiled.stdout.splitlines()[1].startswith("tfdiag_magic: ")
+
+
 def test_the_reference_runs_show_what_is_compared(tmp_path):
     """The plain runs the comparison relies on end as Python documents."""
     ended = {name: plain(_script(tmp_path, name)) for name in ("exit-3", "exit-message")}

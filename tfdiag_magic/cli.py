@@ -280,7 +280,8 @@ def _report(
         _print_user_traceback(error)
     status = exit_status(error)
     sys.stderr.flush()  # the script's ending before the report, also where both go to one file
-    print(result.summary())
+    # A line of its own, also after output the script left without its newline.
+    print(f"\n{result.summary()}")
     _write_report("JSON report", json_path, result.to_json)
     if html_path is not None:
         _write_report("HTML report", html_path, result.write_html)

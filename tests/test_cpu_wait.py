@@ -112,18 +112,20 @@ import hashlib, json, os, threading, time
 from tfdiag_magic.probes.cpu_wait import CpuWaitProbe
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 data = bytes(1 << 20)
-def spin(until):
-    while time.perf_counter() < until:
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
         hashlib.sha256(data).digest()
 probe = CpuWaitProbe()
 probe.install(None)
-until = time.perf_counter() + 1.0
-threads = [threading.Thread(target=spin, args=(until,)) for _ in range(2)]
+threads = [threading.Thread(target=spin) for _ in range(2)]
 for thread in threads:
     thread.start()
+time.sleep(1.0)
+probe.remove()  # while the threads live: a thread that ended takes its counts with it
+stop.set()
 for thread in threads:
     thread.join()
-probe.remove()
 print(json.dumps({"waited": probe._waited, "other": probe._other}))
 """
 

@@ -316,6 +316,24 @@ def test_steps_per_second_leave_out_the_pauses_between_a_phases_steps():
     assert stats["eval"].steps_per_second == pytest.approx(1 / 0.04, rel=0.02)
 
 
+def test_a_slow_steps_own_time_is_never_a_pause():
+    # A small model's 200 steps of 2 ms, then a larger model's 20 steps of 2.6 s each in the
+    # same phase (two fits in one cell): the slow steps' gaps are 1300 times the typical one,
+    # but they are work. It read 75.5 steps/s where 63 s went into the steps.
+    rec = Recorder()
+    t = 0.0
+    for _ in range(200):
+        _add(rec, "train", t, t + 0.0018, epoch=0)
+        t += 0.002
+    for _ in range(20):
+        _add(rec, "train", t, t + 2.6, epoch=1)
+        t += 2.6005
+    train = phase_stats(rec.finish())["train"]
+    assert train.total_time == pytest.approx(200 * 0.0018 + 20 * 2.6)
+    assert train.steps_per_second <= train.count / train.total_time
+    assert train.steps_per_second == pytest.approx(220 / (0.4 + 20 * 2.6005), rel=0.01)
+
+
 def test_phase_whose_only_step_is_warmup_has_no_steady_median():
     record, _, _ = _hand_record()
     record.steps["phase"][-1] = PHASES.index("predict")  # a single predict row

@@ -88,13 +88,17 @@ def typical_gap(starts: np.ndarray) -> float:
     return float(np.median(np.diff(starts))) if starts.size > 1 else 0.0
 
 
-def paused_time(gaps: np.ndarray, typical: float) -> float:
+def paused_time(gaps: np.ndarray, typical: float, durations: np.ndarray) -> float:
     """Seconds of pauses among start-to-start `gaps`: each gap longer than `PAUSE_FACTOR`
-    times the `typical` one counts its time beyond a typical gap."""
+    times the `typical` one counts its time beyond a typical gap, but never the step's own
+    time (`durations[i]`, the step that opens `gaps[i]`): a slow step among fast ones (a
+    larger model's `fit` after a small one's) is work, not a pause."""
     if typical <= 0 or gaps.size == 0:
         return 0.0
-    long = gaps[gaps > PAUSE_FACTOR * typical]
-    return float((long - typical).sum())
+    long = gaps > PAUSE_FACTOR * typical
+    beyond = gaps[long] - typical
+    idle = gaps[long] - durations[: gaps.size][long]
+    return float(np.maximum(np.minimum(beyond, idle), 0.0).sum())
 
 
 def step_numbers(
@@ -113,7 +117,7 @@ def step_numbers(
     span = float((starts + durations).max() - starts.min())
     if typical is None:
         typical = typical_gap(starts)
-    active = span - paused_time(np.diff(starts), typical)
+    active = span - paused_time(np.diff(starts), typical, durations)
     seen = ~np.isnan(waits)
     return {
         "count": int(durations.size),

@@ -217,7 +217,7 @@ class _PhaseRows:
         median, p90 = self._median_p90(sa, sb)
         durations = self.duration[a:b]
         span = last - first
-        active = span - paused_time(self.gaps[a : b - 1], self.typical)
+        active = span - paused_time(self.gaps[a : b - 1], self.typical, self.duration[a : b - 1])
         if self.wait_at is None:
             waits = self.waits[a:b]
         else:

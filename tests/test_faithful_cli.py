@@ -280,6 +280,19 @@ def test_the_report_starts_on_a_line_of_its_own_after_output_without_a_newline(
     assert profiled.stdout.splitlines()[1].startswith("tfdiag_magic: ")
 
 
+def test_the_report_lists_the_loops_that_ran_with_their_iterations(tmp_path, capsys, monkeypatch):
+    # The script stops before its second loop: it was listed as a loop of the run.
+    script = tmp_path / "stops.py"
+    script.write_text(
+        "for i in range(3):\n    pass\nraise ValueError('stop')\nfor j in range(5):\n    pass\n",
+        encoding="utf-8",
+    )
+    profiled, _ = in_process(script, capsys, monkeypatch)
+    assert profiled.status == 1
+    assert "  line 1: for i in range(3): (3 iterations)" in profiled.stdout.splitlines()
+    assert "for j in range(5)" not in profiled.stdout
+
+
 def test_the_reference_runs_show_what_is_compared(tmp_path):
     """The plain runs the comparison relies on end as Python documents."""
     ended = {name: plain(_script(tmp_path, name)) for name in ("exit-3", "exit-message")}

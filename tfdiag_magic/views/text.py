@@ -164,11 +164,15 @@ def render_text(report: dict[str, Any]) -> str:
             f"Python GC: {gc['collections']} collections, {seconds(gc['pause_time'])} paused "
             f"({100 * gc['share']:.1f}% of the run)"
         )
-    if report["loops"]:
+    ran = [loop for loop in report["loops"] if loop.get("iterations", 1)]
+    if ran:  # a loop that never ran (the cell stopped before it) is no loop of this run
         out.append("")
         out.append("Loops of the cell:")
-        for loop in report["loops"]:
-            out.append(f"  line {loop['lineno']}: {loop['source']}")
+        for loop in ran:
+            count = loop.get("iterations")
+            plural = "iteration" if count == 1 else "iterations"
+            times = f" ({count:,} {plural})" if isinstance(count, int) else ""
+            out.append(f"  line {loop['lineno']}: {loop['source']}{times}")
     if report["warnings"]:
         out.append("")
         out.append(f"Warnings ({report['warnings_total']}):")

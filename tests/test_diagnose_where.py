@@ -79,7 +79,12 @@ def test_growth_is_placed_at_the_training_loop_not_a_parsing_loop_before_it(wide
     ev = f.evidence
     # Lines count the cell's %%tfprofile line, as tracebacks do.
     assert ev["where"].startswith("line 7: for xb, yb in"), listing(r)
-    assert ev["where_line"] == "line 8: loss, grads = train_step(xb, yb)", ev
+    # The loop's body, or its header fetching the next batch: a fresh clone's CI read the
+    # header, where tf.data's next() releases the GIL to the memory sampler as the step does.
+    assert ev["where_line"] in (
+        "line 8: loss, grads = train_step(xb, yb)",
+        "line 7: for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(64):",
+    ), ev
     assert ev["where_loop_share"] >= 0.8, ev
     assert "csv_text" not in f.detail and "labels" not in f.detail
     assert "while the loop at line 7 ran" in f.detail

@@ -38,3 +38,18 @@ def profiled_script(folder: Path, name: str, source: str) -> tuple[dict, str, Pa
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(report_path.read_text()), done.stdout, script
+
+
+# An op that fails when its graph runs: TensorFlow's message lists where the op was "defined
+# at" (most recent call last), through the tool's call of the tf.function and the cell's
+# runner (tests/test_faithful_cells.py, and as a script tests/test_faithful_cli.py).
+FAILING_OP_IN_A_FUNCTION = """\
+import tensorflow as tf
+
+@tf.function
+def pick(x):
+    return tf.gather(x, 5)
+
+for step in range(2):
+    pick(tf.range(3))
+"""

@@ -36,6 +36,8 @@ import tensorflow as tf
 
 import tfdiag_magic
 
+from .helpers import FAILING_OP_IN_A_FUNCTION
+
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 IPYTHON_DIR = str(Path(IPython.__file__).resolve().parent)
 TOOL_DIR = str(Path(tfdiag_magic.__file__).resolve().parent)
@@ -956,19 +958,6 @@ def train_step(x):
 
 for step in range(3):
     train_step(tf.ones((2, 4)))
-"""
-
-# An op that fails when the graph runs: TensorFlow writes where the op was "defined at" (most
-# recent call last), through the tool's call of the tf.function and the cell's runner.
-FAILING_OP_IN_A_FUNCTION = """\
-import tensorflow as tf
-
-@tf.function
-def pick(x):
-    return tf.gather(x, 5)
-
-for step in range(2):
-    pick(tf.range(3))
 """
 
 

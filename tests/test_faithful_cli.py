@@ -25,6 +25,8 @@ import pytest
 
 from tfdiag_magic import cli
 
+from .helpers import FAILING_OP_IN_A_FUNCTION
+
 REPO = Path(__file__).resolve().parents[1]
 # TensorFlow's native start-up log, printed by the tool's import of TensorFlow (a plain script
 # that imports TensorFlow prints it too): not the script's output.
@@ -238,17 +240,7 @@ def in_process(script: Path, capsys, monkeypatch) -> tuple[Ended, Path]:
 # An op that fails when its graph runs: TensorFlow's message lists where the op was "defined
 # at", a stack from the interpreter's start. Run in a subprocess only: in this process that
 # stack holds pytest's frames, which a plain run has not.
-TF_OP_ERROR = """\
-import tensorflow as tf
-
-@tf.function
-def pick(x):
-    return tf.gather(x, 5)
-
-for step in range(2):
-    pick(tf.range(3))
-"""
-IN_ITS_OWN_INTERPRETER = {"tf-op-error": TF_OP_ERROR}
+IN_ITS_OWN_INTERPRETER = {"tf-op-error": FAILING_OP_IN_A_FUNCTION}
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))

@@ -334,6 +334,54 @@ def test_a_slow_steps_own_time_is_never_a_pause():
     assert train.steps_per_second == pytest.approx(220 / (0.4 + 20 * 2.6005), rel=0.01)
 
 
+def test_a_phase_of_one_step_an_epoch_reads_its_own_pace():
+    # Validation of one batch after each epoch of 100 training steps: the 28 ms validation steps
+    # are a whole epoch apart, so their median gap is an epoch and none of them looked long; it
+    # read 0.2 steps/s (count over span) where each step takes 28 ms. The gaps hold the
+    # training's steps: a pause beyond the validation's own step.
+    rec = Recorder()
+    t = 0.0
+    for epoch in range(9):
+        for _ in range(100):
+            _add(rec, "train", t, t + 0.0015, epoch=epoch)
+            t += 0.002
+        _add(rec, "eval", t, t + 0.028, epoch=epoch)
+        t += 0.03
+    stats = phase_stats(rec.finish())
+    assert stats["eval"].steps_per_second == pytest.approx(1 / 0.028, rel=0.02)
+    assert stats["train"].steps_per_second == pytest.approx(1 / 0.002, rel=0.02)
+
+
+def test_a_step_beside_each_training_step_is_not_a_pause():
+    # A loop that calls an evaluation function (no weight update: another phase) after every
+    # training step: the training's gaps each hold one short evaluation. That is the loop's
+    # pace, 250 steps/s, not a pause after every step.
+    rec = Recorder()
+    t = 0.0
+    for _ in range(300):
+        _add(rec, "train", t, t + 0.0018, kind="tf_function")
+        _add(rec, "function", t + 0.002, t + 0.0038, kind="tf_function")
+        t += 0.004
+    stats = phase_stats(rec.finish())
+    assert stats["train"].steps_per_second == pytest.approx(1 / 0.004, rel=0.02)
+    assert stats["function"].steps_per_second == pytest.approx(1 / 0.004, rel=0.02)
+
+
+def test_a_loops_iteration_around_its_function_call_is_not_other_work():
+    # A loop of the cell's own whose iterations (loop rows) each hold a 1 ms tf.function call
+    # and 9 ms of Python around it: the function's gaps hold the next iteration's row, which
+    # starts before the call, but that row is the call's setting. 100 calls a second.
+    rec = Recorder()
+    t = 0.0
+    for _ in range(200):
+        _add(rec, "loop", t, t + 0.0099, kind="loop")
+        _add(rec, "function", t + 0.008, t + 0.009, kind="tf_function")
+        t += 0.01
+    stats = phase_stats(rec.finish())
+    assert stats["function"].steps_per_second == pytest.approx(1 / 0.01, rel=0.02)
+    assert stats["loop"].steps_per_second == pytest.approx(1 / 0.01, rel=0.02)
+
+
 def test_phase_whose_only_step_is_warmup_has_no_steady_median():
     record, _, _ = _hand_record()
     record.steps["phase"][-1] = PHASES.index("predict")  # a single predict row

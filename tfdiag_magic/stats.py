@@ -17,8 +17,9 @@ from .record import PHASES, Kind, Record
 
 _LOOP = PHASES.index("loop")
 # A gap between two steps of a phase longer than this many times their median gap is a pause
-# (an epoch's end, validation, a checkpoint, another phase's steps), left out of the phase's
-# steps per second; a comparison's step interval leaves such gaps out too.
+# (an epoch's end, a checkpoint), and one that holds other phases' steps is when longer than this
+# many of the phase's own steps (`paused_time`): left out of the phase's steps per second. A
+# comparison's step interval leaves the first kind out too.
 PAUSE_FACTOR = 5.0
 
 
@@ -83,22 +84,72 @@ def warmup_mask(record: Record) -> np.ndarray:
     return mask
 
 
-def typical_gap(starts: np.ndarray) -> float:
-    """The median start-to-start seconds of steps in time order (0 for fewer than two)."""
-    return float(np.median(np.diff(starts))) if starts.size > 1 else 0.0
+@dataclass(frozen=True)
+class PauseScale:
+    """What a pause among one phase's steps is measured against, taken over the whole run.
+
+    `typical` is the steps' median start-to-start gap. `idle` is the median time from a step's
+    end to the next one's start, over the gaps no other phase's step falls in (0 where every
+    gap holds one). `cycle` is the median step plus that idle: one step's time as the phase runs
+    it, the scale of a gap that holds other work (a validation of one batch an epoch has only
+    such gaps, each a whole epoch long, so its `typical` gap says nothing of its own pace).
+    """
+
+    typical: float
+    idle: float
+    cycle: float
 
 
-def paused_time(gaps: np.ndarray, typical: float, durations: np.ndarray) -> float:
-    """Seconds of pauses among start-to-start `gaps`: each gap longer than `PAUSE_FACTOR`
-    times the `typical` one counts its time beyond a typical gap, but never the step's own
-    time (`durations[i]`, the step that opens `gaps[i]`): a slow step among fast ones (a
-    larger model's `fit` after a small one's) is work, not a pause."""
-    if typical <= 0 or gaps.size == 0:
+def pause_scale(starts: np.ndarray, durations: np.ndarray, interrupted: np.ndarray) -> PauseScale:
+    """The `PauseScale` of one phase's steps in time order; `interrupted[i]`: another phase's
+    step lies between step i and step i + 1."""
+    if starts.size < 2:
+        return PauseScale(0.0, 0.0, 0.0)
+    gaps = np.diff(starts)
+    own = ~interrupted
+    idle = float(np.median(gaps[own] - durations[:-1][own])) if own.any() else 0.0
+    idle = max(idle, 0.0)
+    return PauseScale(float(np.median(gaps)), idle, float(np.median(durations)) + idle)
+
+
+def interrupted_gaps(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For a phase's rows at `positions` (ascending indices into all the run's rows, whose
+    `starts` and `ends` are given, sorted by start): whether another phase's step ran in the gap
+    from each of its rows to the next, ending before the next began (len(positions) - 1 values).
+    A row that starts in the gap but holds the next step (a loop's iteration around its
+    function call) is the next step's setting, not other work."""
+    interrupted = np.zeros(max(positions.size - 1, 0), dtype=bool)
+    between = np.diff(positions) > 1
+    if between.any():
+        first = positions[:-1][between] + 1  # each gap's rows: first..after-1
+        after = positions[1:][between]
+        earliest_end = np.minimum.reduceat(ends, np.column_stack((first, after)).ravel())[::2]
+        interrupted[between] = earliest_end <= starts[after]
+    return interrupted
+
+
+def paused_time(
+    gaps: np.ndarray, durations: np.ndarray, interrupted: np.ndarray, scale: PauseScale
+) -> float:
+    """Seconds of pauses among one phase's start-to-start `gaps`, never a step's own time
+    (`durations[i]`, the step that opens `gaps[i]`): a slow step among fast ones (a larger
+    model's `fit` after a small one's) is work, not a pause.
+
+    A gap that no other phase's step falls in is a pause when longer than `PAUSE_FACTOR` times
+    the `typical` gap (an epoch's end, a checkpoint): its time beyond a typical gap counts. A gap
+    that holds other phases' steps (training between validations, validation between epochs) is
+    a pause when longer than `PAUSE_FACTOR` steps of the phase's own `cycle`: everything in it
+    but its step and a typical idle counts.
+    """
+    if gaps.size == 0:
         return 0.0
-    long = gaps > PAUSE_FACTOR * typical
-    beyond = gaps[long] - typical
-    idle = gaps[long] - durations[: gaps.size][long]
-    return float(np.maximum(np.minimum(beyond, idle), 0.0).sum())
+    own = durations[: gaps.size]
+    idle_part = gaps - own
+    quiet = (gaps > PAUSE_FACTOR * scale.typical) & ~interrupted
+    filled = (gaps > PAUSE_FACTOR * scale.cycle) & interrupted
+    quiet_pause = np.minimum(gaps[quiet] - scale.typical, idle_part[quiet])
+    filled_pause = idle_part[filled] - scale.idle
+    return float(np.maximum(quiet_pause, 0.0).sum() + np.maximum(filled_pause, 0.0).sum())
 
 
 def step_numbers(
@@ -106,18 +157,19 @@ def step_numbers(
     warm: np.ndarray,
     starts: np.ndarray,
     waits: np.ndarray,
-    typical: float | None = None,
+    interrupted: np.ndarray,
+    scale: PauseScale | None = None,
 ) -> dict[str, Any]:
     """The numbers of a set of steps (one phase's, of a run or of a window of it): counts, the
     steady steps' median, p90 and mean (warm-up left out), time inside the steps, the span from
     the first start to the last end, steps per second over it less its pauses (an epoch's end,
-    validation, another phase's steps: `paused_time`, by the `typical` gap, the steps' own
-    median gap when not given), and the input wait where seen."""
+    validation, another phase's steps: `paused_time`, by the phase's `scale` over the run, these
+    steps' own when not given), and the input wait where seen."""
     steady = durations[~warm]
     span = float((starts + durations).max() - starts.min())
-    if typical is None:
-        typical = typical_gap(starts)
-    active = span - paused_time(np.diff(starts), typical, durations)
+    if scale is None:
+        scale = pause_scale(starts, durations, interrupted)
+    active = span - paused_time(np.diff(starts), durations, interrupted, scale)
     seen = ~np.isnan(waits)
     return {
         "count": int(durations.size),
@@ -136,6 +188,7 @@ def step_numbers(
 def phase_stats(record: Record) -> dict[str, PhaseStats]:
     steps = record.steps
     warm = warmup_mask(record)
+    ends = steps["start"] + steps["duration"]
     result: dict[str, PhaseStats] = {}
     for code, name in enumerate(PHASES):
         rows = steps["phase"] == code
@@ -143,8 +196,9 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
         if not count:  # a phase whose rows a reduced table left out all is not summarized
             continue
         durations = steps["duration"][rows]
+        interrupted = interrupted_gaps(np.flatnonzero(rows), steps["start"], ends)
         numbers = step_numbers(
-            durations, warm[rows], steps["start"][rows], steps["data_wait"][rows]
+            durations, warm[rows], steps["start"][rows], steps["data_wait"][rows], interrupted
         )
         warmup_time = float(durations[warm[rows]].sum())
         if code == _LOOP:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..record import PHASES, Phase, Record
-from ..stats import paused_time, step_numbers, typical_gap, warmup_mask
+from ..stats import interrupted_gaps, pause_scale, paused_time, step_numbers, warmup_mask
 
 
 @dataclass
@@ -146,9 +146,17 @@ def window_stats(series: StepSeries, lo: int, hi: int) -> dict[str, Any]:
     for code, name in enumerate(PHASES):
         mine = phase == code
         if mine.any():
-            # Pauses are judged by the phase's typical gap over the whole run, not the window's.
-            typical = typical_gap(series.start[series.phase == code])
-            numbers = step_numbers(duration[mine], warm[mine], start[mine], wait[mine], typical)
+            # Pauses are judged by the phase's scale over the whole run, not the window's.
+            everywhere = np.flatnonzero(series.phase == code)
+            scale = pause_scale(
+                series.start[everywhere],
+                series.duration[everywhere],
+                interrupted_gaps(everywhere, series.start, series.start + series.duration),
+            )
+            interrupted = interrupted_gaps(np.flatnonzero(mine), start, start + duration)
+            numbers = step_numbers(
+                duration[mine], warm[mine], start[mine], wait[mine], interrupted, scale
+            )
             numbers["max"] = float(duration[mine].max())
             result["phases"][name] = numbers
     result.update(_memory_peaks(series, lo, hi))
@@ -188,7 +196,9 @@ class _PhaseRows:
         self.start = series.start[self.pos]
         self.end = self.start + self.duration
         self.gaps = np.diff(self.start)  # gaps[i]: from row i's start to row i + 1's
-        self.typical = typical_gap(self.start)
+        # Whether another phase's step ran in gaps[i].
+        self.interrupted = interrupted_gaps(self.pos, series.start, series.start + series.duration)
+        self.scale = pause_scale(self.start, self.duration, self.interrupted)
         steady = ~series.warm[self.pos]
         self.steady_at = np.flatnonzero(steady)  # indices into this phase's arrays
         self.steady = self.duration[steady]
@@ -217,7 +227,9 @@ class _PhaseRows:
         median, p90 = self._median_p90(sa, sb)
         durations = self.duration[a:b]
         span = last - first
-        active = span - paused_time(self.gaps[a : b - 1], self.typical, self.duration[a : b - 1])
+        active = span - paused_time(
+            self.gaps[a : b - 1], self.duration[a : b - 1], self.interrupted[a : b - 1], self.scale
+        )
         if self.wait_at is None:
             waits = self.waits[a:b]
         else:

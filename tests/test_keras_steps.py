@@ -193,3 +193,44 @@ def test_time_split_says_keras_input_wait_is_inside_the_steps(keras_ip):
     assert not split["data_wait_observable"]
     assert "inside each step" in split["data_wait_note"]
     assert "inside each step" in r.summary()
+
+
+TWO_MODELS = """
+def sized(width, name):
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(width, activation="relu"),
+                              keras.layers.Dense(width, activation="relu"),
+                              keras.layers.Dense(1)], name=name)
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+small, large = sized(4, "small"), sized(1536, "large")
+small.fit(x, y, batch_size=16, epochs=6, validation_split=0.2, verbose=0)
+large.fit(x, y, batch_size=16, epochs=3, validation_split=0.2, verbose=0)
+small.fit(x, y, batch_size=16, epochs=1, verbose=0)
+"""
+
+
+def test_a_phase_of_two_models_is_split_by_model(keras_ip):
+    # One train phase of a small model's steps and a large one's (about 10x as long a step
+    # here): its median is a step of neither, so each model's steps get their own numbers,
+    # placed by the fit call they ran in (the small model's second fit joins its first).
+    from tfdiag_magic.views.text import render_text
+
+    result, r = profiled(keras_ip, TWO_MODELS)
+    assert result.success
+    split = r.report()["steps"]["phase_models"]
+    train = {m["model"]: m for m in split["train"]["models"]}
+    assert list(train) == ["small", "large"]
+    assert (train["small"]["count"], train["large"]["count"]) == (4 * 6 + 5, 4 * 3)
+    assert train["large"]["median"] > 2 * train["small"]["median"], train
+    evals = {m["model"]: m["count"] for m in split["eval"]["models"]}
+    assert evals == {"small": 6, "large": 3}
+    text = render_text(r.report())
+    assert "model small" in text and "model large" in text
+
+
+def test_a_phase_of_one_model_is_not_split(keras_ip):
+    result, r = profiled(
+        keras_ip, "m = make_model()\nfor _ in range(2):\n    m.fit(x, y, epochs=2, verbose=0)"
+    )
+    assert result.success
+    assert r.report()["steps"]["phase_models"] == {}

@@ -52,6 +52,23 @@ def _row(cells: list[str], header: bool = False) -> str:
     return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>"
 
 
+def _phase_row(label: str, p: dict[str, Any]) -> str:
+    """One row of the steps table: a phase's numbers, or one model's within a phase."""
+    return _row(
+        [
+            label,
+            str(p["count"]),
+            seconds(p["median"])
+            if p["steady_count"]
+            else seconds(p["median_all"]) + " (all warm-up)",
+            seconds(p["p90"]),
+            rate(p["steps_per_second"]),
+            f"{p['warmup_count']} ({seconds(p['warmup_time'])})",
+            seconds(p["data_wait"]) if p["data_wait"] is not None else "in step",
+        ]
+    )
+
+
 PANEL_STYLE = """
 .tfdiag h4{margin:1em 0 .3em;font-size:14px;border-bottom:1px solid #8884}
 .tfdiag .tfdiag-finding{border-left:3px solid #8886;padding:2px 10px;margin:.6em 0}
@@ -147,22 +164,15 @@ def overview_html(report: dict[str, Any]) -> str:
                 ["phase", "steps", "median", "p90", "steps/s", "warm-up", "data wait"], header=True
             )
         )
+        by_model = report["steps"].get("phase_models") or {}
         for name, p in phases.items():
-            parts.append(
-                _row(
-                    [
-                        e(name),
-                        str(p["count"]),
-                        seconds(p["median"])
-                        if p["steady_count"]
-                        else seconds(p["median_all"]) + " (all warm-up)",
-                        seconds(p["p90"]),
-                        rate(p["steps_per_second"]),
-                        f"{p['warmup_count']} ({seconds(p['warmup_time'])})",
-                        seconds(p["data_wait"]) if p["data_wait"] is not None else "in step",
-                    ]
-                )
-            )
+            parts.append(_phase_row(e(name), p))
+            split = by_model.get(name)
+            for m in split["models"] if split else []:
+                parts.append(_phase_row(f"&nbsp;&nbsp;· model {e(m['model'])}", m))
+            if split and split["count"] > len(split["models"]):
+                more = split["count"] - len(split["models"])
+                parts.append(_row([f"&nbsp;&nbsp;· and {more} more models"]))
         parts.append("</table>")
         parts.append(
             '<p class="muted">Median and p90 are steady state: warm-up steps '

@@ -81,6 +81,24 @@ def worker_name(worker: dict[str, Any]) -> str:
     return f"{worker['task_type']} {worker['task_index']}"
 
 
+def _model_rows(split: dict[str, Any] | None) -> list[str]:
+    """A phase's rows per Keras model, under the phase's own (`phase_models`)."""
+    if not split:
+        return []
+    lines = []
+    for m in split["models"]:
+        median = seconds(m["median"]) if m["steady_count"] else seconds(m["median_all"]) + "*"
+        warm = f"{m['warmup_count']} ({seconds(m['warmup_time'])})"
+        lines.append(
+            f"{'  ·':<9}{m['count']:>8}{median:>11}{seconds(m['p90']):>11}"
+            f"{rate(m['steps_per_second']):>10}  {warm:<15} model {m['model']}"
+        )
+    more = split["count"] - len(split["models"])
+    if more > 0:
+        lines.append(f"  · and {more} more models")
+    return lines
+
+
 def render_text(report: dict[str, Any]) -> str:
     out: list[str] = [f"tfdiag_magic: {headline(report)}", ""]
     if report.get("comparison"):
@@ -92,6 +110,7 @@ def render_text(report: dict[str, Any]) -> str:
     phases = report["steps"]["phases"]
     if phases:
         out.append(f"{'phase':<9}{'steps':>8}{'median':>11}{'p90':>11}{'steps/s':>10}  warm-up")
+        by_model = report["steps"].get("phase_models") or {}
         for name, p in phases.items():
             warm = f"{p['warmup_count']} ({seconds(p['warmup_time'])})"
             fused = f"  [{p['fused']} steps per call]" if p["fused"] > 1 else ""
@@ -100,6 +119,7 @@ def render_text(report: dict[str, Any]) -> str:
                 f"{name:<9}{p['count']:>8}{median:>11}{seconds(p['p90']):>11}"
                 f"{rate(p['steps_per_second']):>10}  {warm}{fused}"
             )
+            out.extend(_model_rows(by_model.get(name)))
         out.append("  (median and p90: steady state, warm-up steps excluded)")
         note = table_note(report)
         if note:

@@ -1,0 +1,83 @@
+"""A phase's steps split by the Keras model that ran them, where one phase holds several models'.
+
+A cell that fits a small model and then a larger one, or compares a few architectures, puts all
+their training steps in one `train` phase, whose median is then a step of neither. Each step row
+of a Keras call lies inside that call (`KerasCall.start` .. `start + duration`), so rows are
+given to the calls' models, and each model's rows get the phase's numbers of their own
+(`stats.step_numbers`).
+
+Only the calls the run kept one by one are placed; past them (`Record.keras_call_groups`),
+calls are summed, and a phase whose rows are not all placed is not split.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .record import PHASES, Record
+from .stats import interrupted_gaps, step_numbers, warmup_mask
+
+MAX_MODELS = 6
+"""Models listed under one phase; past them the phase says how many more it holds."""
+
+
+def rows_by_model(record: Record) -> tuple[np.ndarray, list[str]]:
+    """For each step row, the index of its Keras call's model in the returned names (in order
+    of their first call), or -1 for a row of no kept call."""
+    starts = record.steps["start"]
+    owner = np.full(starts.size, -1, dtype=np.int32)
+    names: list[str] = []
+    for call in record.keras_calls:
+        if call.steps <= 0:
+            continue
+        lo, hi = np.searchsorted(starts, (call.start, call.start + call.duration), side="left")
+        if hi <= lo:
+            continue
+        if call.model not in names:
+            names.append(call.model)
+        owner[lo:hi] = names.index(call.model)
+    return owner, names
+
+
+def phase_models(record: Record) -> dict[str, dict[str, Any]]:
+    """Per phase that holds the steps of two or more models, all placed: each model's numbers
+    (the first `MAX_MODELS`, in order of their first call) and how many models it holds."""
+    if record.keras_call_groups or record.dropped is not None or not record.keras_calls:
+        return {}
+    owner, names = rows_by_model(record)
+    if len(names) < 2:
+        return {}
+    steps = record.steps
+    warm = warmup_mask(record)
+    ends = steps["start"] + steps["duration"]
+    result: dict[str, dict[str, Any]] = {}
+    for code, phase in enumerate(PHASES):
+        rows = steps["phase"] == code
+        if not rows.any() or (owner[rows] < 0).any():
+            continue
+        models = [int(m) for m in dict.fromkeys(owner[rows].tolist())]  # first-seen order
+        if len(models) < 2:
+            continue
+        listed = []
+        for model in models[:MAX_MODELS]:
+            mine = np.flatnonzero(rows & (owner == model))
+            numbers = step_numbers(
+                steps["duration"][mine],
+                warm[mine],
+                steps["start"][mine],
+                steps["data_wait"][mine],
+                interrupted_gaps(mine, steps["start"], ends),
+            )
+            durations = steps["duration"][mine]
+            listed.append(
+                {
+                    "model": names[model],
+                    "median_all": float(np.median(durations)),
+                    "warmup_time": float(durations[warm[mine]].sum()),
+                    **numbers,
+                }
+            )
+        result[phase] = {"models": listed, "count": len(models)}
+    return result

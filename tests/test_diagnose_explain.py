@@ -34,6 +34,7 @@ CODES = [
     "retracing",
     "eager-step",
     "repeated-keras-call",
+    "keras-epoch-setup",
     "model-rebuilt-in-loop",
     "progressive-slowdown",
     "host-memory-growth",

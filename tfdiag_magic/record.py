@@ -413,6 +413,7 @@ class Record:
     lines: dict[int, str] = field(default_factory=dict)
     config_calls: list[ConfigCall] = field(default_factory=list)
     callback_seconds: dict[str, float] = field(default_factory=dict)  # callback class -> s
+    epoch_hook_seconds: float = 0.0  # in Keras callbacks' on_epoch_begin/end (all fits)
     trained: list[TrainedState] = field(default_factory=list)  # what trained, see TrainedState
     datasets: list[DatasetStructure] = field(default_factory=list)  # tf.data pipelines consumed
     # Rows a long run's table left out, as exact sums (None: the table holds every row).

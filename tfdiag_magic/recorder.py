@@ -278,6 +278,7 @@ class Recorder:
         self.config_calls: list[Any] = []  # ConfigCall, device settings that failed
         self.datasets: list[Any] = []  # DatasetStructure (probes/dataset_structure.py)
         self.callback_seconds: dict[str, float] = {}  # Keras callback class -> seconds
+        self.epoch_hook_seconds = 0.0  # in the callbacks' on_epoch_begin/end, every fit's
         self.pending_host_bytes = 0.0  # NumPy bytes the cell converted since the last step
         self.keras_batch = NAN  # batch size of the running fit/evaluate/predict, when known
         # The running top-level `fit`'s callback list (its ``params``: epochs, steps) and the
@@ -1052,6 +1053,7 @@ class Recorder:
             lines=self._line_texts(),
             config_calls=list(self.config_calls),
             callback_seconds=dict(self.callback_seconds),
+            epoch_hook_seconds=self.epoch_hook_seconds,
             datasets=list(self.datasets),
             dropped=left_out,
             step_index=index,

@@ -25,6 +25,7 @@ RULE_MODULES: tuple[str, ...] = (
     "retracing",
     "eager_step",
     "repeated_keras_call",
+    "keras_epoch_setup",
     "model_rebuilt_in_loop",
     "progressive_slowdown",
     "host_memory_growth",

@@ -615,7 +615,11 @@ class KerasProbe:
             __tracebackhide__ = True
             if rec.driver_depth and threading.get_ident() == rec.thread_id:
                 rec.keras_epoch = int(epoch)
-            return original(self, epoch, logs)
+            before = perf_counter()
+            try:
+                return original(self, epoch, logs)
+            finally:
+                rec.epoch_hook_seconds += perf_counter() - before
 
         return wraps_exactly(epoch_begin, original)
 
@@ -631,7 +635,11 @@ class KerasProbe:
             meter = probe._meter
             if meter is not None and rec.driver_depth == 1 and rec.here.main:
                 meter.epoch_over()
-            return original(self, epoch, logs)
+            before = perf_counter()
+            try:
+                return original(self, epoch, logs)
+            finally:
+                rec.epoch_hook_seconds += perf_counter() - before
 
         return wraps_exactly(epoch_end, original)
 

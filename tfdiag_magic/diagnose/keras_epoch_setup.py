@@ -8,17 +8,18 @@ import numpy as np
 
 from ..findings import Finding
 from ..record import KerasCall, Phase, Record
+from ..rewrite import datasets_built_once
 from ..units import seconds, share
-from .evidence import rounded
+from .evidence import first_rewrite, rounded, with_rewrite
 
 CODE = "keras-epoch-setup"
-TITLE = "Keras' set-up of every epoch takes longer than the epoch's training"
+TITLE = "Keras' set-up of every epoch outweighs the epoch's training"
 DOC = """\
 ## What it detects
 A `model.fit` of many short epochs (a small dataset: a few batches an epoch, tens or hundreds
 of epochs) whose time between one epoch's last training step and the next one's first, less
-the validation steps and the callbacks' own time, outweighs the training steps of an epoch:
-Keras' own set-up of each epoch.
+the validation steps and the callbacks' own time, is at least twice the training steps' time of
+an epoch: Keras' own set-up of each epoch.
 
 ## Why it hurts
 Keras starts every epoch with a new iterator over the data: for NumPy arrays, pandas frames or
@@ -42,15 +43,19 @@ steps' time per epoch, and the set-up's total and share of the run; the data kin
   callbacks (early stopping, checkpoints) allow it.
 
 ## Threshold
-At least 10 epochs, the set-up at least 1 s and 25% of the run's time, and at least the
-training steps' own time of an epoch. What is not Keras' own is left out of the set-up: the
-validation steps, every callback's batch hooks and the callbacks' `on_epoch_begin/end` (a
-checkpoint saved, a plot drawn each epoch), whose time the tool measures.
+At least 10 epochs, the set-up at least 1 s and 25% of the run's time, and per epoch at least
+twice the training steps' own time: two thirds of an epoch is set-up. The tabular tutorial's
+shape read 3.7 times here (163 ms against 44 ms an epoch), and 1.1 times with its datasets
+built once (41 against 36 ms): the fix leaves it silent, with margin. What is not Keras' own
+is left out of the set-up: the validation steps, every callback's batch hooks and the
+callbacks' `on_epoch_begin/end` (a checkpoint saved, a plot drawn each epoch), whose time the
+tool measures.
 """
 
 MIN_EPOCHS = 10
 MIN_SECONDS = 1.0
 MIN_RUN_SHARE = 0.25
+MIN_SETUP_TO_WORK = 2.0  # the set-up of an epoch against its training steps' time
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,6 @@ def fit_epochs(record: Record, call: KerasCall) -> EpochSetup | None:
 
 
 def check(record: Record, source: str | None) -> Finding | None:
-    del source
     fits = [
         found
         for call in record.keras_calls
@@ -120,7 +124,11 @@ def check(record: Record, source: str | None) -> Finding | None:
     per_epoch = setup / boundaries
     work_per_epoch = train_time / epochs
     wall = record.wall_time
-    if setup < MIN_SECONDS or setup < MIN_RUN_SHARE * wall or per_epoch < work_per_epoch:
+    if (
+        setup < MIN_SECONDS
+        or setup < MIN_RUN_SHARE * wall
+        or per_epoch < MIN_SETUP_TO_WORK * work_per_epoch
+    ):
         return None
     kinds = sorted({fit.call.data for fit in fits})
     in_memory = all(kind in ("numpy", "tensor", "pandas", "structure") for kind in kinds)
@@ -149,11 +157,11 @@ def check(record: Record, source: str | None) -> Finding | None:
             "Use fewer, longer epochs: `dataset.repeat()` and `steps_per_epoch` several epochs'"
             " batches long, with `epochs` divided to match, where per-epoch callbacks allow it."
         )
-    return Finding(
+    finding = Finding(
         code=CODE,
         severity="warning",
         title=(
-            f"Keras' set-up of each epoch took {seconds(per_epoch)}, more than the epoch's"
+            f"Keras' set-up of each epoch took {seconds(per_epoch)}, against the epoch's"
             f" {seconds(work_per_epoch)} of training: {share(setup, wall)} of the run"
         ),
         detail=(
@@ -166,3 +174,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=setup,
     )
+    if not set(kinds) <= {"numpy", "tensor", "pandas"}:
+        return finding  # a structure of arrays (several inputs) is not sliced by the rewrite
+    facts = {"pandas": "pandas" in kinds}
+    return with_rewrite(finding, source, first_rewrite(source, (datasets_built_once, facts)))

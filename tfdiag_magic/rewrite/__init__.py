@@ -7,6 +7,7 @@ returned. A leading ``%%tfprofile`` line is kept as it is; ``loop_lineno`` facts
 lines of the source given (that line included, when there is one).
 
 - numpy_batches_to_dataset: hand-sliced NumPy batches -> tf.data pipeline (fit or own loop)
+- datasets_built_once: fit on arrays -> tf.data datasets built once (short epochs)
 - compile_eager_step: @tf.function on eager training steps; eager switches removed
 - scalars_to_tensors / reduce_retracing / input_signature / hoist_function: retracing
 - predict_in_loop / compile_once / fit_once: Keras calls repeated in loops
@@ -28,6 +29,7 @@ from .clear_session import clear_session_in_loop
 from .common import unified_diff
 from .detach import detach_appends
 from .eager import compile_eager_step
+from .epoch_datasets import datasets_built_once
 from .keras_loops import compile_once, fit_once, predict_in_loop
 from .memory_growth import MEMORY_GROWTH_CELL, memory_growth_first
 from .mixed_precision import mixed_precision
@@ -41,6 +43,7 @@ __all__ = [
     "clear_session_in_loop",
     "compile_eager_step",
     "compile_once",
+    "datasets_built_once",
     "detach_appends",
     "fit_once",
     "gradient_accumulation",

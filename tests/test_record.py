@@ -382,6 +382,21 @@ def test_a_loops_iteration_around_its_function_call_is_not_other_work():
     assert stats["loop"].steps_per_second == pytest.approx(1 / 0.01, rel=0.02)
 
 
+def test_steps_per_second_is_the_steady_pace_as_the_median_is():
+    # A short fit: its first step traced for 1.2 s, then 78 steps of 4.9 ms, 5 ms apart. The
+    # median is 4.9 ms; steps/s read 40.9 with the first step's second in it, where the steady
+    # pace is 200 a second.
+    rec = Recorder()
+    _add(rec, "train", 0.0, 1.2, epoch=0)
+    t = 1.2
+    for _ in range(78):
+        _add(rec, "train", t, t + 0.0049, epoch=0)
+        t += 0.005
+    train = phase_stats(rec.finish())["train"]
+    assert train.warmup_count == 1
+    assert train.steps_per_second == pytest.approx(1 / 0.005, rel=0.02)
+
+
 def test_phase_whose_only_step_is_warmup_has_no_steady_median():
     record, _, _ = _hand_record()
     record.steps["phase"][-1] = PHASES.index("predict")  # a single predict row

@@ -381,3 +381,17 @@ def test_eager_and_numpy_fed_step_counts_are_exact_past_the_limit():
     assert fed.evidence["steps_fed_from_numpy"] == 4_000
     assert fed.evidence["training_steps"] == 4_000
     assert fed.evidence["numpy_bytes"] == 4_000 * 1024
+
+
+def test_loop_iterations_past_the_row_limit_are_counted_in_the_report(ip, monkeypatch):
+    # Two Python loops past the rows a loop keeps: the report's loop iterations are the
+    # iterations run (the loops' table's), not the rows kept. It read "13000 loop iterations"
+    # for 25,000 and 3,000 iterations at a limit of 10,000 rows.
+    monkeypatch.setattr(recorder_module, "LOOP_ROW_LIMIT", 1000)
+    cell = "t = 0\nfor i in range(2500):\n    t += i\nfor j in range(300):\n    t -= j\n"
+    result, r = profiled(ip, cell)
+    assert result.success
+    report = r.report()
+    assert sum(loop["iterations"] for loop in report["loops"]) == 2800
+    assert report["steps"]["phases"]["loop"]["count"] == 2800
+    assert "2800 loop iterations" in render_text(report)

@@ -99,3 +99,8 @@ def test_pandas_data_is_read_as_arrays_once():
 )
 def test_calls_it_cannot_rewrite_faithfully_are_left_alone(fit):
     assert datasets_built_once(SETUP + fit + "\n") is None
+
+
+def test_the_tabular_fit_keeps_its_result_name_and_epochs():
+    new = datasets_built_once(TABULAR_FIT_CELL)
+    assert "history = model.fit(train_data, epochs=100, validation_data=val_data)" in new

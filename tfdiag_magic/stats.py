@@ -36,7 +36,8 @@ class PhaseStats:
     warmup_time: float
     total_time: float  # seconds inside the steps
     span: float  # seconds from the first step's start to the last step's end
-    steps_per_second: float | None  # count / the span less its pauses (`paused_time`)
+    # steady steps / the span less its pauses (`paused_time`) and the warm-up steps' time
+    steps_per_second: float | None
     data_wait: float | None  # seconds of input wait attributed to these steps; None: not seen
     callback_time: float
     eager_steps: int
@@ -180,9 +181,20 @@ def step_numbers(
         "warmup_count": int(warm.sum()),
         "total_time": float(durations.sum()),
         "span": span,
-        "steps_per_second": durations.size / active if active > 0 else None,
+        "steps_per_second": steady_rate(durations, steady, active),
         "data_wait": float(waits[seen].sum()) if seen.any() else None,
     }
+
+
+def steady_rate(durations: np.ndarray, steady: np.ndarray, active: float) -> float | None:
+    """Steps per second in the steady state, as the median is: the steady steps over the active
+    time less the warm-up steps' own (a first step that traced for a second is not the pace of
+    the 78 after it); all the steps over all of it where every step was warm-up."""
+    if steady.size:
+        steady_active = active - float(durations.sum() - steady.sum())
+        if steady_active > 0:
+            return steady.size / steady_active
+    return durations.size / active if active > 0 else None
 
 
 def phase_stats(record: Record) -> dict[str, PhaseStats]:
@@ -207,6 +219,8 @@ def phase_stats(record: Record) -> dict[str, PhaseStats]:
             outer = steps["epoch"][rows] < 0
             numbers["total_time"] = float(durations[outer].sum())
             warmup_time = float(durations[warm[rows] & outer].sum())
+            # Iterations past a loop's kept rows are counted, not kept (`LoopInfo.rows_dropped`).
+            numbers["count"] += sum(loop.rows_dropped for loop in record.loops)
         callback_time = float(steps["callback_time"][rows].sum())
         eager_steps = int(steps["eager"][rows].sum())
         if record.dropped is not None:  # a reduced table: add the rows it left out

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from ..record import PHASES, Phase, Record
-from ..stats import interrupted_gaps, pause_scale, paused_time, step_numbers, warmup_mask
+from ..stats import (
+    interrupted_gaps,
+    pause_scale,
+    paused_time,
+    steady_rate,
+    step_numbers,
+    warmup_mask,
+)
 
 
 @dataclass
@@ -245,7 +252,7 @@ class _PhaseRows:
             "warmup_count": count - int(steady.size),
             "total_time": float(durations.sum()),
             "span": span,
-            "steps_per_second": count / active if active > 0 else None,
+            "steps_per_second": steady_rate(durations, steady, active),
             "data_wait": float(waits.sum()) if waits.size else None,
             "max": float(durations.max()),
         }

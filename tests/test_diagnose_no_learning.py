@@ -93,6 +93,33 @@ def test_trainable_set_after_compile_then_fit(data):
     assert entry["iterations_after"] == 0
 
 
+def test_tf_variable_attributes_of_a_keras3_model_are_no_weights(data):
+    # TensorFlow's basic training loops guide: a Keras Model keeping its variables as
+    # `tf.Variable` attributes. Keras 3 does not track them: 0 weights, the loss the same in
+    # every epoch. Nothing is frozen: the fix is to make them Keras weights.
+    result, r = profiled(
+        data,
+        "class Line(keras.Model):\n"
+        "    def __init__(self, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+        "        self.w = tf.Variable(5.0)\n"
+        "        self.b = tf.Variable(0.0)\n"
+        "    def call(self, x):\n"
+        "        return self.w * x + self.b\n"
+        "xs = tf.linspace(-2.0, 2.0, 201)\n"
+        "line = Line(name='line')\n"
+        "line.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1), loss='mse')\n"
+        "history = line.fit(xs, 3.0 * xs + 2.0, epochs=12, batch_size=1000, verbose=0)\n",
+    )
+    assert result.success, result.error_in_exec
+    losses = data.user_ns["history"].history["loss"]
+    assert max(losses) - min(losses) < 1e-4 * max(losses)  # it did not learn
+    finding = the(r, CODE)
+    (entry,) = finding.evidence["not_learning"]
+    assert entry["model"] == "line" and entry["weights"] == 0
+    assert "add_weight" in finding.fix and "compile" not in finding.fix
+
+
 def test_learning_rate_zero_custom_loop(data):
     result, r = profiled(
         data,

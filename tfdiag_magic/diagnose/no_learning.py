@@ -30,6 +30,9 @@ For each model or optimizer: the training steps it ran (for an optimizer, how fa
 how many of them were fingerprinted and how many changed, and the learning rate at the end.
 
 ## Fix
+- No weights at all (0 weights, trainable or not): the model keeps its variables as
+  `tf.Variable` attributes, which Keras 3 does not track (TensorFlow's basic training loops
+  guide does this). Create them with `self.add_weight(...)` or as `keras.Variable`.
 - `trainable` set after `compile`: Keras 3 reads it when the train function is made; set
   it, then compile (again) before training.
 - A Keras 2 GAN: do not freeze the discriminator for its own training. Train it with its
@@ -119,15 +122,25 @@ def check(record: Record, source: str | None) -> Finding | None:
     training = record.phase_counts().get("train", 0)
     evidence = {"training_steps_in_run": training, "not_learning": [_entry(s) for s in stalled]}
     first = stalled[0]
-    frozen = first.variables == 0
-    fix = (
-        "Set `trainable` before `compile` (Keras 3 reads it when the train function is made) and"
-        " compile again before training; for a Keras 2 GAN, recompile the discriminator after"
-        " setting `discriminator.trainable = True` again."
-        if frozen
-        else "Check the learning rate (0?) and that the loss depends on the weights (gradients"
-        " None or zero: a `stop_gradient`, `.numpy()`, variables outside the tape)."
-    )
+    if first.kind == "model" and first.variables == 0 and first.weights == 0:
+        # No weight at all that Keras knows of: not frozen, never made Keras weights.
+        fix = (
+            "Make the model's variables Keras weights: in Keras 3 a `tf.Variable` set as an"
+            " attribute of a Model or Layer is not tracked (no weight, nothing for the optimizer"
+            " to update); create it with `self.add_weight(shape=(), initializer=...)` in"
+            " `__init__` or `build`, or as a `keras.Variable`."
+        )
+    elif first.variables == 0:
+        fix = (
+            "Set `trainable` before `compile` (Keras 3 reads it when the train function is made)"
+            " and compile again before training; for a Keras 2 GAN, recompile the discriminator"
+            " after setting `discriminator.trainable = True` again."
+        )
+    else:
+        fix = (
+            "Check the learning rate (0?) and that the loss depends on the weights (gradients"
+            " None or zero: a `stop_gradient`, `.numpy()`, variables outside the tape)."
+        )
     return Finding(
         code=CODE,
         severity="warning",

@@ -208,7 +208,8 @@ def test_input_bound_fit_on_short_epochs_of_a_dataset_of_unknown_length(ip):
     # tf.data's data-performance guide's naive pipeline: a generator that takes 20 ms a batch,
     # through `from_generator` (its length unknown to tf.data), 30 batches an epoch. No step
     # is told it is an epoch's last, and no epoch reaches the meter's 64 batches: each epoch
-    # is read at its end, while fit still holds its iterator.
+    # is read at its end, while fit still holds its iterator. Two models fit on it, one after
+    # the other.
     result, r = profiled(
         ip,
         "import time, numpy as np, tensorflow as tf, keras\n"
@@ -220,17 +221,23 @@ def test_input_bound_fit_on_short_epochs_of_a_dataset_of_unknown_length(ip):
         "        yield x, np.ones((64, 1), 'float32')\n"
         "spec = (tf.TensorSpec((64, 32)), tf.TensorSpec((64, 1)))\n"
         "ds = tf.data.Dataset.from_generator(batches, output_signature=spec)\n"
-        "model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])\n"
-        "model.compile('sgd', 'mse')\n"
-        "model.fit(ds, epochs=3, verbose=0)\n",
+        "for name, epochs in (('first', 3), ('second', 2)):\n"
+        "    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)], name=name)\n"
+        "    model.compile('sgd', 'mse')\n"
+        "    model.fit(ds, epochs=epochs, verbose=0)\n",
     )
     assert result.success
     f = the(r, "input-bound")
     ev = f.evidence
     assert ev["api"] == "fit" and ev["how"].startswith("in-run")
-    assert ev["batches_measured"] == 3 * 28  # every epoch's but its first two batches
+    # Both models' fits waited: the worst is shown, the other named with its numbers.
+    measured = {ev["model"]: ev["batches_measured"]}
+    measured.update({o["model"]: o["batches_measured"] for o in ev["other_fits_waiting"]})
+    assert measured == {"first": 3 * 28, "second": 2 * 28}  # all but each epoch's first two
+    assert ev["model"] in f.title
     assert ev["wait_s_per_batch"] >= 0.5 * 0.02  # a 20 ms batch against a ~1 ms step
     assert ev["wait_share"] >= 0.5
+    assert all(o["wait_share"] >= 0.3 for o in ev["other_fits_waiting"])
 
 
 def test_no_input_bound_for_a_generator_of_ready_slices(img):

@@ -355,7 +355,7 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
     """fit on a tf.data dataset whose steps spent a large share of their time blocked on the
     iterator's next element, as the iterator's own model recorded it during the run. For a
     dataset that caches, the epochs after the first are judged, where a later one ran."""
-    best = None
+    slow_calls = []
     for call in record.keras_calls:
         if call.data != "dataset":
             continue
@@ -365,12 +365,24 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
         if measured is None:
             continue
         ratio, waited = measured
-        slow = ratio >= MIN_SHARE and waited >= MIN_WAIT
-        if slow and (best is None or ratio > best[1]):
-            best = (call, ratio, waited, later is not None)
-    if best is None:
+        if ratio >= MIN_SHARE and waited >= MIN_WAIT:
+            slow_calls.append((call, ratio, waited, later is not None))
+    if not slow_calls:
         return None
+    # The worst call is shown; the others that waited as much are named with their numbers
+    # (several models fit on one slow pipeline: each of them waited).
+    best = max(slow_calls, key=lambda found: found[1])
     call, ratio, waited, after_first = best
+    others = [
+        {
+            "model": other.model,
+            "wait_share": rounded(other_ratio, 3),
+            "wait_beyond_ready_batch_s": rounded(other_waited),
+            "batches_measured": other.input_elements,
+        }
+        for other, other_ratio, other_waited, _ in slow_calls
+        if other is not call
+    ]
     wait, span, elements = call.input_wait, call.input_span, call.input_elements
     if after_first:
         wait -= call.first_epoch_wait
@@ -382,6 +394,7 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
     step = _call_step_median(record, call)
     evidence = {
         "api": "fit",
+        "model": call.model,
         "wait_share": rounded(ratio, 3),
         "wait_s": rounded(wait),
         "wait_beyond_ready_batch_s": rounded(waited),
@@ -394,13 +407,23 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
         "training_steps_per_s": rounded(1 / cycle if cycle > 0 else None),
         "fires_at_wait_share": MIN_SHARE,
         "how": IN_RUN_HOW,
+        "other_fits_waiting": others,
     }
+    also = ""
+    if others:
+        listed = ", ".join(f"'{o['model']}' {o['wait_share']:.0%}" for o in others[:4])
+        more = f" and {len(others) - 4} more" if len(others) > 4 else ""
+        also = (
+            f" {len(others)} other fit call{'s' if len(others) > 1 else ''} waited as much"
+            f" (model {listed}{more}), {seconds(sum(o[2] for o in slow_calls if o[0] is not call))}"
+            " in all."
+        )
     finding = Finding(
         code=CODE,
         severity="warning",
         title=(
-            f"{evidence['wait_share']:.0%} of fit's training time waits for the dataset's next"
-            " batch" + (" after its cache filled" if after_first else "")
+            f"{evidence['wait_share']:.0%} of fit's training time (model '{call.model}') waits"
+            " for the dataset's next batch" + (" after its cache filled" if after_first else "")
         ),
         detail=(
             f"Over {elements} batches ({seconds(span)})"
@@ -412,13 +435,13 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
             " the model, sets the pace."
             " Measured during the run from the dataset iterator's own tf.data model (the time"
             " the train function spent between requests for the next batch), without taking an"
-            " element."
+            " element." + also
         ),
         fix="Parallelise and overlap the pipeline: `map(..., num_parallel_calls=tf.data.AUTOTUNE)`,"
         " `cache()` deterministic work, `prefetch(tf.data.AUTOTUNE)`; replace `py_function`"
         " with TensorFlow ops where possible.",
         evidence=evidence,
-        impact=waited,
+        impact=sum(found[2] for found in slow_calls),
     )
     return _with_pipeline(finding, source, structure_of_call(record, call))
 

@@ -159,6 +159,33 @@ def test_no_retracing_for_a_flag_and_a_last_partial_batch(tab):
     assert not problems(r), listing(r)
 
 
+RECURSIVE = """import tensorflow as tf
+@tf.function
+def recursive_fn(n):
+    if n > 0:
+        return recursive_fn(n - 1)
+    else:
+        return 1
+"""
+
+
+def test_a_recursive_function_tracing_its_levels_once_is_not_retracing(ip):
+    # TensorFlow's tf.function guide: called once with a Python 5, the function traces once
+    # per level (6 traces in 6 calls), all but the first inside its own tracing, to build
+    # one graph. Passing the number as a tensor, as retracing's fix says, recurses forever.
+    result, r = profiled(ip, RECURSIVE + "print(recursive_fn(5))\n")
+    assert result.success
+    (function,) = (f for f in r.record.functions if f.name.endswith("recursive_fn"))
+    assert (function.calls, function.traces) == (6, 6)
+    assert_silent(r, "retracing")
+
+
+def test_a_recursive_function_called_with_a_new_number_each_time_is_retracing(ip):
+    result, r = profiled(ip, RECURSIVE + "for k in range(6):\n    recursive_fn(k)\n")
+    assert result.success
+    assert the(r, "retracing").evidence["function"].endswith("recursive_fn")
+
+
 # -- eager-step -----------------------------------------------------------------------------
 
 

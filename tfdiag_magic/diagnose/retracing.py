@@ -48,11 +48,14 @@ Five tracings of one Python function in a run, TensorFlow's own retracing-warnin
 tracing after the first call. Keras' own train/test/predict functions (functions Keras
 defines in `keras.src` and wraps itself) are left out: each model's are made anew after each
 `compile`, and the inner `one_step_on_data` traces on each of its calls, which happen only
-while its outer function traces, so their counts are expected; a Keras call repeated in a loop
-is `repeated-keras-call`. A model or method that the cell wraps in `tf.function` is the cell's.
-A function made anew for each model built in the run (a sweep over models), each object
-traced only on its first call or two (a first call that creates variables traces twice), is
-not retracing: every model needs its own graph.
+while its outer function traces, so their counts are expected; so is any function whose
+tracings (all but four) ran inside another tracing: a recursive `tf.function` called with a
+Python number traces once per level while its one graph is built (TensorFlow's tf.function
+guide shows it), and a helper traces with the function that calls it, which is the one to
+fix; a Keras call repeated in a loop is `repeated-keras-call`. A model or method that the
+cell wraps in `tf.function` is the cell's. A function made anew for each model built in the
+run (a sweep over models), each object traced only on its first call or two (a first call
+that creates variables traces twice), is not retracing: every model needs its own graph.
 """
 
 MIN_TRACES = 5
@@ -64,7 +67,10 @@ def check(record: Record, source: str | None) -> Finding | None:
     candidates = [
         f
         for f in record.functions
-        if not f.keras_internal and f.traces >= MIN_TRACES and not _one_per_model(record, f)
+        if not f.keras_internal
+        and f.traces >= MIN_TRACES
+        and not _one_per_model(record, f)
+        and not _traced_inside_others(record, f)
     ]
     if not candidates:
         return None
@@ -103,6 +109,16 @@ def check(record: Record, source: str | None) -> Finding | None:
         impact=trace_time,
     )
     return with_rewrite(finding, source, first_rewrite(source, *attempts))
+
+
+def _traced_inside_others(record: Record, function) -> bool:
+    """Most of the function's tracings ran inside another tracing (a recursive tf.function
+    calling itself with a smaller Python number, or a helper called by a function that
+    traces): fewer than `MIN_TRACES` of them began at a call of the code's own, so building
+    the graphs it was called for took them, once each, not its calls."""
+    events = [t for t in record.traces if _same_function(t.function, function.name)]
+    own = sum(not t.nested for t in events)
+    return len(events) >= function.traces and own < MIN_TRACES
 
 
 def _one_per_model(record: Record, function) -> bool:

@@ -395,3 +395,19 @@ def test_loop_iterations_past_the_row_limit_are_counted_in_the_report(ip, monkey
     assert sum(loop["iterations"] for loop in report["loops"]) == 2800
     assert report["steps"]["phases"]["loop"]["count"] == 2800
     assert "2800 loop iterations" in render_text(report)
+
+
+def test_the_loop_phase_is_split_by_loop(ip, monkeypatch):
+    # An epoch loop's 3 iterations hold a batch loop's 600: one `loop` row pools them, so
+    # each loop gets its own, with its iterations past the kept rows counted.
+    monkeypatch.setattr(recorder_module, "LOOP_ROW_LIMIT", 500)
+    cell = "t = 0\nfor epoch in range(3):\n    for i in range(200):\n        t += i\n"
+    result, r = profiled(ip, cell)
+    assert result.success
+    report = r.report()
+    loops = report["steps"]["phase_loops"]["loops"]
+    assert [m["count"] for m in loops] == [3, 600]
+    lines = {loop["id"]: loop["lineno"] for loop in report["loops"]}
+    assert [m["loop"] for m in loops] == [f"line {n}" for n in sorted(lines.values())]
+    assert loops[1]["median_all"] < loops[0]["median_all"]
+    assert render_text(report).count("  ·") == 2

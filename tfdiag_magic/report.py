@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from .findings import Finding
-from .phase_models import phase_models
+from .phase_split import loop_split, phase_models
 from .record import Record
 from .stats import gc_stats, memory_stats, phase_stats, time_split, training_step_count
 from .timeline import step_timeline, training_series
@@ -108,6 +108,7 @@ def build_report(
             "reduced": _reduced(record),
             "phases": {name: stats.to_dict() for name, stats in phases.items()},
             "phase_models": phase_models(record),
+            "phase_loops": loop_split(record),
             "eager": sum(stats.eager_steps for stats in phases.values()),
         },
         "time_split": split.to_dict(),

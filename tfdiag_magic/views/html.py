@@ -173,6 +173,9 @@ def overview_html(report: dict[str, Any]) -> str:
             if split and split["count"] > len(split["models"]):
                 more = split["count"] - len(split["models"])
                 parts.append(_row([f"&nbsp;&nbsp;· and {more} more models"]))
+            loops = report["steps"].get("phase_loops") if name == "loop" else None
+            for m in loops["loops"] if loops else []:
+                parts.append(_phase_row(f"&nbsp;&nbsp;· {e(m['loop'])}", m))
         parts.append("</table>")
         parts.append(
             '<p class="muted">Median and p90 are steady state: warm-up steps '

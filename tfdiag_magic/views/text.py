@@ -81,21 +81,25 @@ def worker_name(worker: dict[str, Any]) -> str:
     return f"{worker['task_type']} {worker['task_index']}"
 
 
-def _model_rows(split: dict[str, Any] | None) -> list[str]:
-    """A phase's rows per Keras model, under the phase's own (`phase_models`)."""
+def _split_rows(
+    split: dict[str, Any] | None, part: str = "models", key: str = "model"
+) -> list[str]:
+    """A phase's rows per Keras model (`phase_models`) or per loop (`loop_split`), under the
+    phase's own."""
     if not split:
         return []
     lines = []
-    for m in split["models"]:
+    for m in split[part]:
         median = seconds(m["median"]) if m["steady_count"] else seconds(m["median_all"]) + "*"
         warm = f"{m['warmup_count']} ({seconds(m['warmup_time'])})"
+        label = f"model {m['model']}" if key == "model" else m[key]
         lines.append(
             f"{'  ·':<9}{m['count']:>8}{median:>11}{seconds(m['p90']):>11}"
-            f"{rate(m['steps_per_second']):>10}  {warm:<15} model {m['model']}"
+            f"{rate(m['steps_per_second']):>10}  {warm:<15} {label}"
         )
-    more = split["count"] - len(split["models"])
+    more = split["count"] - len(split[part])
     if more > 0:
-        lines.append(f"  · and {more} more models")
+        lines.append(f"  · and {more} more {part}")
     return lines
 
 
@@ -119,7 +123,9 @@ def render_text(report: dict[str, Any]) -> str:
                 f"{name:<9}{p['count']:>8}{median:>11}{seconds(p['p90']):>11}"
                 f"{rate(p['steps_per_second']):>10}  {warm}{fused}"
             )
-            out.extend(_model_rows(by_model.get(name)))
+            out.extend(_split_rows(by_model.get(name)))
+            if name == "loop":
+                out.extend(_split_rows(report["steps"].get("phase_loops"), "loops", "loop"))
         out.append("  (median and p90: steady state, warm-up steps excluded)")
         note = table_note(report)
         if note:

@@ -1,13 +1,18 @@
-"""A phase's steps split by the Keras model that ran them, where one phase holds several models'.
+"""A phase's steps split by what ran them, where one phase pools unlike steps: the Keras
+models of a `train` phase, the loops of a `loop` phase.
 
 A cell that fits a small model and then a larger one, or compares a few architectures, puts all
 their training steps in one `train` phase, whose median is then a step of neither. Each step row
 of a Keras call lies inside that call (`KerasCall.start` .. `start + duration`), so rows are
 given to the calls' models, and each model's rows get the phase's numbers of their own
-(`stats.step_numbers`).
+(`stats.step_numbers`). Only the calls the run kept one by one are placed; past them
+(`Record.keras_call_groups`), calls are summed, and a phase whose rows are not all placed is
+not split.
 
-Only the calls the run kept one by one are placed; past them (`Record.keras_call_groups`),
-calls are summed, and a phase whose rows are not all placed is not split.
+A `loop` phase holds the iterations of every loop of the cell: an epoch loop's seconds-long
+iterations beside its batch loop's milliseconds. Each row carries its loop (the ``loop``
+column), so each loop gets its numbers, its count taking in the iterations it did not keep as
+rows (`LoopInfo.rows_dropped`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .record import PHASES, Record
+from .record import PHASES, Phase, Record
 from .stats import interrupted_gaps, step_numbers, warmup_mask
 
 MAX_MODELS = 6
@@ -81,3 +86,41 @@ def phase_models(record: Record) -> dict[str, dict[str, Any]]:
             )
         result[phase] = {"models": listed, "count": len(models)}
     return result
+
+
+def loop_split(record: Record) -> dict[str, Any] | None:
+    """The `loop` phase's numbers per loop of the cell (the first `MAX_MODELS`, in order of
+    their first iteration), where it holds two loops or more; None otherwise."""
+    if record.dropped is not None:
+        return None
+    steps = record.steps
+    rows = steps["phase"] == Phase.LOOP
+    loops = [int(i) for i in dict.fromkeys(steps["loop"][rows].tolist())]
+    if len(loops) < 2:
+        return None
+    info = {loop.id: loop for loop in record.loops}
+    warm = warmup_mask(record)
+    ends = steps["start"] + steps["duration"]
+    listed = []
+    for loop_id in loops[:MAX_MODELS]:
+        mine = np.flatnonzero(rows & (steps["loop"] == loop_id))
+        durations = steps["duration"][mine]
+        numbers = step_numbers(
+            durations,
+            warm[mine],
+            steps["start"][mine],
+            steps["data_wait"][mine],
+            interrupted_gaps(mine, steps["start"], ends),
+        )
+        loop = info.get(loop_id)
+        if loop is not None:
+            numbers["count"] += loop.rows_dropped
+        listed.append(
+            {
+                "loop": f"line {loop.lineno}" if loop is not None else f"loop {loop_id}",
+                "median_all": float(np.median(durations)),
+                "warmup_time": float(durations[warm[mine]].sum()),
+                **numbers,
+            }
+        )
+    return {"loops": listed, "count": len(loops)}

@@ -45,6 +45,8 @@ def test_short_epochs_of_a_small_table_are_found(tab):
     ev = f.evidence
     assert ev["epochs"] == 40 and ev["steps_per_epoch"] == 8, ev
     assert ev["data"] == ["numpy"]
+    (call,) = ev["calls"]
+    assert call.startswith("line ") and "model.fit(x, y, validation_split=0.2" in call
     assert ev["setup_per_epoch_s"] >= 2 * ev["steps_time_per_epoch_s"], ev
     assert ev["setup_s"] >= 1.0 and ev["share_of_run"] >= 0.25, ev
     assert "from_tensor_slices" in f.fix

@@ -235,6 +235,7 @@ def test_input_bound_fit_on_short_epochs_of_a_dataset_of_unknown_length(ip):
     measured.update({o["model"]: o["batches_measured"] for o in ev["other_fits_waiting"]})
     assert measured == {"first": 3 * 28, "second": 2 * 28}  # all but each epoch's first two
     assert ev["model"] in f.title
+    assert ev["call"].startswith("line ") and "model.fit(ds, epochs=epochs" in ev["call"]
     assert ev["wait_s_per_batch"] >= 0.5 * 0.02  # a 20 ms batch against a ~1 ms step
     assert ev["wait_share"] >= 0.5
     assert all(o["wait_share"] >= 0.3 for o in ev["other_fits_waiting"])

@@ -211,6 +211,7 @@ class KerasCall:
     model: str  # the model's name
     batch_size: float  # NaN when unknown
     data: str  # what the data argument was: "numpy", "tensor", "dataset", "generator", ...
+    line: int = -1  # the line of the profiled code that made the call, as tracebacks count
     dense_layers: int = 0  # Dense/Conv/attention-style layers of the model (Tensor Core work)
     layers: int = 0
     data_time: float = float("nan")  # seconds a generator / PyDataset took to make the batches

@@ -1105,12 +1105,14 @@ class Recorder:
         return steps
 
     def _line_texts(self) -> dict[int, str]:
-        """The text of each line of the profiled code that a memory sample or a model build
-        points at (stripped, at most LINE_TEXT characters), from the source Python compiled
-        (IPython keeps a cell's in `linecache`; a script's is read from its file)."""
+        """The text of each line of the profiled code that a memory sample, a model build or a
+        kept Keras call points at (stripped, at most LINE_TEXT characters), from the source
+        Python compiled (IPython keeps a cell's in `linecache`; a script's is read from its
+        file)."""
         if self.code_file is None:
             return {}
         numbers = set(self.mem_line) | {m.line for m in self.models}
+        numbers |= {call.line for call in self.keras_calls}
         texts: dict[int, str] = {}
         for number in sorted(n for n in numbers if n > 0)[:MAX_LINE_TEXTS]:
             text = linecache.getline(self.code_file, number).strip()

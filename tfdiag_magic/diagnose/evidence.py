@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..findings import Finding
-from ..record import Phase, Record
+from ..record import KerasCall, Phase, Record
 from ..stats import warmup_mask
 
 
@@ -73,6 +73,15 @@ def loop_label(record: Record, loop_id: int) -> str:
             text = loop.source.strip().splitlines()[0] if loop.source.strip() else ""
             return f"line {loop.lineno}: {text[:80]}" if text else f"line {loop.lineno}"
     return "the cell" if loop_id < 0 else f"loop {loop_id}"
+
+
+def call_label(record: Record, call: KerasCall) -> str:
+    """Where a Keras call was made: ``line 17: model.fit(train, epochs=30)`` (the line's text
+    where the run kept it), or the model's name where the line is not known."""
+    if call.line < 0:
+        return f"model '{call.model}'"
+    text = record.lines.get(call.line, "")
+    return f"line {call.line}: {text[:80]}" if text else f"line {call.line}"
 
 
 def rounded(value: float | None, digits: int = 4) -> float | None:

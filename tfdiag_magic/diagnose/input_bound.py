@@ -19,6 +19,7 @@ from .dataset_facts import (
     where,
 )
 from .evidence import (
+    call_label,
     first_rewrite,
     loop_label,
     rounded,
@@ -376,6 +377,8 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
     others = [
         {
             "model": other.model,
+            "call": call_label(record, other),
+            "line": other.line,
             "wait_share": rounded(other_ratio, 3),
             "wait_beyond_ready_batch_s": rounded(other_waited),
             "batches_measured": other.input_elements,
@@ -395,6 +398,7 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
     evidence = {
         "api": "fit",
         "model": call.model,
+        "call": call_label(record, call),
         "wait_share": rounded(ratio, 3),
         "wait_s": rounded(wait),
         "wait_beyond_ready_batch_s": rounded(waited),
@@ -411,11 +415,16 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
     }
     also = ""
     if others:
-        listed = ", ".join(f"'{o['model']}' {o['wait_share']:.0%}" for o in others[:4])
+        listed = ", ".join(
+            f"model '{o['model']}'"
+            + (f" at line {o['line']}" if o["line"] >= 0 else "")
+            + f": {o['wait_share']:.0%}"
+            for o in others[:4]
+        )
         more = f" and {len(others) - 4} more" if len(others) > 4 else ""
         also = (
             f" {len(others)} other fit call{'s' if len(others) > 1 else ''} waited as much"
-            f" (model {listed}{more}), {seconds(sum(o[2] for o in slow_calls if o[0] is not call))}"
+            f" ({listed}{more}), {seconds(sum(o[2] for o in slow_calls if o[0] is not call))}"
             " in all."
         )
     finding = Finding(
@@ -426,7 +435,8 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
             " for the dataset's next batch" + (" after its cache filled" if after_first else "")
         ),
         detail=(
-            f"Over {elements} batches ({seconds(span)})"
+            f"The fit of model '{call.model}' ({evidence['call']}): over {elements} batches"
+            f" ({seconds(span)})"
             + (" of the epochs after the first" if after_first else "")
             + ", each training"
             f" step waited {seconds(per_element)} on average for the input pipeline, of a"

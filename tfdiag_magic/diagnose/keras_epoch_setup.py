@@ -10,7 +10,7 @@ from ..findings import Finding
 from ..record import KerasCall, Phase, Record
 from ..rewrite import datasets_built_once
 from ..units import seconds, share
-from .evidence import first_rewrite, rounded, with_rewrite
+from .evidence import call_label, first_rewrite, rounded, with_rewrite
 
 CODE = "keras-epoch-setup"
 TITLE = "Keras' set-up of every epoch outweighs the epoch's training"
@@ -135,6 +135,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     steps_per_epoch = sum(fit.train_steps for fit in fits) / epochs
     evidence = {
         "fit_calls": len(fits),
+        "calls": list(dict.fromkeys(call_label(record, fit.call) for fit in fits))[:4],
         "epochs": epochs,
         "steps_per_epoch": rounded(steps_per_epoch, 2),
         "setup_per_epoch_s": rounded(per_epoch),
@@ -165,7 +166,9 @@ def check(record: Record, source: str | None) -> Finding | None:
             f" {seconds(work_per_epoch)} of training: {share(setup, wall)} of the run"
         ),
         detail=(
-            f"{epochs} epochs of about {steps_per_epoch:.0f} training batches each"
+            f"The fit at {evidence['calls'][0]}"
+            + (f" and {len(fits) - 1} more" if len(fits) > 1 else "")
+            + f": {epochs} epochs of about {steps_per_epoch:.0f} training batches each"
             f" ({', '.join(kinds)} data): between epochs, {seconds(setup)} went to Keras"
             " building each epoch's iterators, logs and history (validation steps and callbacks"
             " left out)."

@@ -338,6 +338,7 @@ class KerasProbe:
                 loop=rec.innermost_loop(),
                 model=str(getattr(model, "name", "?")),
                 batch_size=rec.keras_batch,
+                line=rec.user_line(),
                 data=data_kind(data) if api != "compile" else "",
                 dense_layers=matmul,
                 layers=layers,

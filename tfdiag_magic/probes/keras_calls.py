@@ -338,7 +338,8 @@ class KerasProbe:
                 loop=rec.innermost_loop(),
                 model=str(getattr(model, "name", "?")),
                 batch_size=rec.keras_batch,
-                line=rec.user_line(),
+                # Read for the calls kept one by one (past them, calls are summed by kind).
+                line=rec.user_line() if len(rec.keras_calls) < rec.keras_calls_kept else -1,
                 data=data_kind(data) if api != "compile" else "",
                 dense_layers=matmul,
                 layers=layers,

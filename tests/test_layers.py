@@ -58,6 +58,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jobs",
         "xplane",
         "ops_summary",
+        "phase_split",
     ),
     # A run from start to result.
     "result": ("result", "session"),

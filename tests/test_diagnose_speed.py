@@ -178,6 +178,10 @@ def test_a_recursive_function_tracing_its_levels_once_is_not_retracing(ip):
     (function,) = (f for f in r.record.functions if f.name.endswith("recursive_fn"))
     assert (function.calls, function.traces) == (6, 6)
     assert_silent(r, "retracing")
+    # Nor does the table of the code's functions mark it as traced again on most calls.
+    summary = r.summary()
+    assert "recursive_fn: 6 calls, 6 traces" in summary
+    assert "traced again on most calls" not in summary
 
 
 def test_a_recursive_function_called_with_a_new_number_each_time_is_retracing(ip):

@@ -16,6 +16,7 @@ import math
 import re
 from typing import Any
 
+from .diagnose.retracing import same_function
 from .findings import Finding
 from .phase_split import loop_split, phase_models
 from .record import Record
@@ -115,7 +116,9 @@ def build_report(
         "timeline": step_timeline(record),
         "step_series": training_series(record),
         "memory": memory.to_dict(),
-        "functions": [vars(f).copy() for f in record.functions],
+        "functions": [
+            {**vars(f), "nested_traces": _nested_traces(record, f.name)} for f in record.functions
+        ],
         "tracing": {
             "count": sum(1 for t in traces if not t.nested),
             "nested": sum(1 for t in traces if t.nested),
@@ -140,6 +143,13 @@ def build_report(
         "ops": _ops(record),
     }
     return json_safe(report)
+
+
+def _nested_traces(record: Record, name: str) -> int:
+    """Tracings of the function `name` that ran inside another tracing (a recursive function's
+    levels, a helper traced with its caller): they build its caller's graph, not one a call of
+    its own asked for."""
+    return sum(t.nested and same_function(t.function, name) for t in record.traces)
 
 
 def _ops(record: Record) -> dict[str, Any] | None:

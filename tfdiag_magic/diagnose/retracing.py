@@ -75,7 +75,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     if not candidates:
         return None
     worst = max(candidates, key=lambda f: f.traces)
-    events = [t for t in record.traces if not t.nested and _same_function(t.function, worst.name)]
+    events = [t for t in record.traces if not t.nested and same_function(t.function, worst.name)]
     trace_time = sum(t.duration for t in events)
     changing = changing_arguments([t.signature for t in events])
     steps = record.steps
@@ -116,7 +116,7 @@ def _traced_inside_others(record: Record, function) -> bool:
     calling itself with a smaller Python number, or a helper called by a function that
     traces): fewer than `MIN_TRACES` of them began at a call of the code's own, so building
     the graphs it was called for took them, once each, not its calls."""
-    events = [t for t in record.traces if _same_function(t.function, function.name)]
+    events = [t for t in record.traces if same_function(t.function, function.name)]
     own = sum(not t.nested for t in events)
     return len(events) >= function.traces and own < MIN_TRACES
 
@@ -131,7 +131,8 @@ def _one_per_model(record: Record, function) -> bool:
     )
 
 
-def _same_function(traced_name: str, qualname: str) -> bool:
+def same_function(traced_name: str, qualname: str) -> bool:
+    """Whether a tracing event's function name is the Python function `qualname`."""
     short = qualname.rsplit(".", 1)[-1]
     return traced_name in (qualname, short) or traced_name.endswith("." + short)
 

@@ -42,8 +42,10 @@ def split_functions(
 
 
 def traced_on_most_calls(function: dict[str, Any]) -> bool:
-    """A function of the code that traced on most (more than half) of five or more calls."""
-    return function["calls"] >= 5 and function["traces"] * 2 > function["calls"]
+    """A function of the code that traced on most (more than half) of five or more calls, its
+    tracings inside another tracing (a recursive function's levels) left out."""
+    own = function["traces"] - function.get("nested_traces", 0)
+    return function["calls"] >= 5 and own * 2 > function["calls"]
 
 
 def short_name(qualname: str) -> str:

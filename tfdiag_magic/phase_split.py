@@ -24,8 +24,8 @@ import numpy as np
 from .record import PHASES, Phase, Record
 from .stats import interrupted_gaps, step_numbers, warmup_mask
 
-MAX_MODELS = 6
-"""Models listed under one phase; past them the phase says how many more it holds."""
+MAX_ROWS = 6
+"""Models or loops listed under one phase; past them the phase says how many more it holds."""
 
 
 def rows_by_model(record: Record) -> tuple[np.ndarray, list[str]]:
@@ -48,7 +48,7 @@ def rows_by_model(record: Record) -> tuple[np.ndarray, list[str]]:
 
 def phase_models(record: Record) -> dict[str, dict[str, Any]]:
     """Per phase that holds the steps of two or more models, all placed: each model's numbers
-    (the first `MAX_MODELS`, in order of their first call) and how many models it holds."""
+    (the first `MAX_ROWS`, in order of their first call) and how many models it holds."""
     if record.keras_call_groups or record.dropped is not None or not record.keras_calls:
         return {}
     owner, names = rows_by_model(record)
@@ -66,7 +66,7 @@ def phase_models(record: Record) -> dict[str, dict[str, Any]]:
         if len(models) < 2:
             continue
         listed = []
-        for model in models[:MAX_MODELS]:
+        for model in models[:MAX_ROWS]:
             mine = np.flatnonzero(rows & (owner == model))
             numbers = step_numbers(
                 steps["duration"][mine],
@@ -89,7 +89,7 @@ def phase_models(record: Record) -> dict[str, dict[str, Any]]:
 
 
 def loop_split(record: Record) -> dict[str, Any] | None:
-    """The `loop` phase's numbers per loop of the cell (the first `MAX_MODELS`, in order of
+    """The `loop` phase's numbers per loop of the cell (the first `MAX_ROWS`, in order of
     their first iteration), where it holds two loops or more; None otherwise."""
     if record.dropped is not None:
         return None
@@ -102,7 +102,7 @@ def loop_split(record: Record) -> dict[str, Any] | None:
     warm = warmup_mask(record)
     ends = steps["start"] + steps["duration"]
     listed = []
-    for loop_id in loops[:MAX_MODELS]:
+    for loop_id in loops[:MAX_ROWS]:
         mine = np.flatnonzero(rows & (steps["loop"] == loop_id))
         durations = steps["duration"][mine]
         numbers = step_numbers(

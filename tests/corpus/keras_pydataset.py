@@ -6,8 +6,9 @@ https://github.com/keras-team/keras/blob/master/keras/src/trainers/data_adapters
 corpus after that example, not a copy of its text: the same PyDataset (image paths and labels,
 __len__ rounding up, __getitem__ slicing the paths of batch idx and building the batch image
 by image with imread and resize to 200x200), given to fit with the default workers.
-Changed: the docstring has no model and no data; the images are synthetic 32x32 RGB PNG files
-written from a fixed seed to a temporary folder; imread and resize are small stand-ins with
+Changed: the docstring has no model and no data; the images are synthetic 128x128 RGB PNG files
+written from a fixed seed to a temporary folder (photos larger than CIFAR's 32x32: decoding them
+is part of making a batch); imread and resize are small stand-ins with
 Pillow for scikit-image's (same outputs: a uint8 array, then floats in [0, 1] at the new size);
 the model is a small convnet written for this program (Rescaling is not needed: resize already
 gives [0, 1]); 192 images, 3 epochs; seeds fixed; a last line that prints the optimizer's
@@ -40,7 +41,7 @@ image_dir = tempfile.mkdtemp(prefix="corpus-pydataset-")
 x_set = []
 for i in range(192):
     path = os.path.join(image_dir, f"{i}.png")
-    Image.fromarray(rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)).save(path)
+    Image.fromarray(rng.integers(0, 256, size=(128, 128, 3), dtype=np.uint8)).save(path)
     x_set.append(path)
 y_set = rng.integers(0, 10, size=(192,))
 

@@ -188,7 +188,9 @@ def test_no_host_memory_growth_when_losses_are_kept_as_floats(wide):
 # TensorFlow's image-classification tutorial, cut down: a model fitted on `cache().prefetch()`
 # datasets, then a second model on its own cached datasets (larger images). Each cache fills
 # during its model's first epoch and each model is built between them: memory rises by steps
-# across the run, flat within each model's own epochs after the first.
+# across the run, flat within each model's own epochs after the first. The tutorial's three
+# convolutions are left out: they bear on no memory the test reads, and were most of its
+# time (the cell ran plainly in 36 s with them, 6.6 s without, on the 2-vCPU EPYC VM).
 TWO_CACHED_MODELS = """
 AUTOTUNE = tf.data.AUTOTUNE
 def prepare(x, y, size):
@@ -199,14 +201,8 @@ def make_model(size):
     model = keras.Sequential([
         keras.Input((size, size, 3)),
         keras.layers.Rescaling(1.0 / 255),
-        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(),
         keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(16, activation="relu"),
         keras.layers.Dense(5),
     ])
     model.compile(optimizer="adam",
@@ -214,7 +210,7 @@ def make_model(size):
                   metrics=["accuracy"])
     return model
 class WeightTrail(keras.callbacks.Callback):
-    '''Keeps the classifier's kernel after every batch, to plot how it moves.'''
+    '''Keeps the hidden layer's kernel after every batch, to plot how it moves.'''
     def __init__(self, keep):
         super().__init__()
         self.keep, self.trail = keep, []
@@ -252,8 +248,8 @@ def test_no_host_memory_growth_for_two_models_on_caches_filling_in_their_first_e
 
 
 def test_host_memory_growth_kept_per_step_next_to_two_models_and_their_caches(ip):
-    # The same cell, each callback now keeping the classifier's kernel every batch (1 MiB
-    # for the first model, 1.6 MiB for the second): that is found within each model's span.
+    # The same cell, each callback now keeping the hidden layer's kernel every batch (0.75
+    # MiB for the first model, 1.2 MiB for the second): that is found within each model's span.
     ip.run_cell(IMAGES + "KEEP = True\n")
     result, r = profiled(ip, TWO_CACHED_MODELS)
     assert result.success
@@ -261,7 +257,7 @@ def test_host_memory_growth_kept_per_step_next_to_two_models_and_their_caches(ip
     assert f.severity == "warning"
     ev = f.evidence
     assert ev["judged_within_spans"] == 2, ev
-    kernels = (8 * 8 * 64 * 64 * 4, 10 * 10 * 64 * 64 * 4)
+    kernels = (64 * 64 * 3 * 16 * 4, 80 * 80 * 3 * 16 * 4)
     assert 0.5 * min(kernels) <= ev["bytes_per_step"] <= 2 * max(kernels), ev
     assert ev["growth_bytes"] >= 64 * MIB
     assert ev["r2"] >= 0.8

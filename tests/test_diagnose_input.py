@@ -1047,42 +1047,6 @@ def test_a_reader_whose_end_is_slow_is_input_bound_and_its_wait_is_data_wait(ip)
     assert "input-bound" in {f.code for f in r.findings}, listing(r)
 
 
-def test_an_iterators_slow_clean_up_at_the_end_of_its_loop_is_the_loops_wait(ip):
-    # A reader whose iterator takes 0.3 s to close (a connection, a tf.data pipeline of a Python
-    # generator, which finalises it: 0.6 s at the end of its first epoch, measured). The `for`
-    # statement drops its iterator as it ends; that clean-up was timed by nobody and read as
-    # the outer loop's compute (the tf.data guide's benchmark: 1.2 s of 4.6 s).
-    result, r = profiled(
-        ip,
-        "import time\n"
-        "class Reader:\n"
-        "    def __init__(self, n):\n"
-        "        self.i, self.n = 0, n\n"
-        "    def __iter__(self):\n"
-        "        return self\n"
-        "    def __next__(self):\n"
-        "        if self.i == self.n:\n"
-        "            raise StopIteration\n"
-        "        self.i += 1\n"
-        "        time.sleep(0.005)\n"
-        "        return self.i\n"
-        "    def __del__(self):\n"
-        "        time.sleep(0.3)\n"
-        "for epoch in range(4):\n"
-        "    for record in Reader(20):\n"
-        "        time.sleep(0.005)\n",
-    )
-    assert result.success
-    inner = next(loop for loop in r.record.loops if loop.source.startswith("for record in"))
-    assert inner.iterations == 80
-    assert inner.wait >= 4 * 0.3 + 80 * 0.005, inner
-    assert r.record.facts["loop_end_wait_s"] >= 4 * 0.3
-    split = time_split(r.record)
-    assert split.data_wait >= 4 * 0.3 + 80 * 0.005, split
-    # The bodies' 0.4 s, not the clean-up's 1.2 s, is the rest.
-    assert split.compute < 4 * 0.3, split
-
-
 @pytest.mark.parametrize(
     "header",
     [

@@ -54,32 +54,15 @@ class LoopIterator:
         self._state.fetching = True  # this wait is the loop's (see `probes.dataset_waits`)
         try:
             item = self._next()
-        except StopIteration as stop:
-            ended = stop.args  # handled below, once the exception and its frames are gone
-        except BaseException:
-            # Raising: the iteration that was open ends when the next item was asked for, as
-            # it would had one come.
+        except BaseException as error:
+            # Exhausted (or raising): the iteration that was open ends when the next item was
+            # asked for, as it would had one come.
             self._rec.next_item(self._state, before, None)
+            if isinstance(error, StopIteration):  # the wait for the end of the items
+                self._rec.items_ran_out(self._state, perf_counter() - before)
             raise
-        else:
-            self._rec.next_item(self._state, before, perf_counter())
-            return item
-        self._ran_out(before)
-        raise StopIteration(*ended)
-
-    def _ran_out(self, before: float) -> None:
-        """The items ran out, asked for at `before`: the open iteration ends then, and the
-        wait for the end holds the iterator's clean-up. The ``for`` statement drops its
-        iterator as soon as it ends; dropped here, just before, its clean-up is timed (a tf.data
-        pipeline of a Python generator finalises it: 0.6 s at the end of its first epoch,
-        measured, where its items took 20 ms)."""
-        self._next = _no_more_items
-        self._rec.next_item(self._state, before, None)
-        self._rec.items_ran_out(self._state, perf_counter() - before)
-
-
-def _no_more_items() -> Any:
-    raise StopIteration
+        self._rec.next_item(self._state, before, perf_counter())
+        return item
 
 
 class LoopRuntime:

@@ -196,6 +196,9 @@ class LoopInfo:
     # `probes.model_calls`): a loop spent in forward passes is no Python loop over data.
     model_calls: int = 0
     model_seconds: float = 0.0
+    # The CPU time of the thread that ran the loop, over its runs that ended: a loop whose
+    # bodies sleep or wait for I/O takes little of it. -1: not measured.
+    cpu_seconds: float = -1.0
 
 
 @dataclass(slots=True)  # slots: a run keeps up to KERAS_CALLS_KEPT of them (see recorder)

@@ -21,7 +21,7 @@ import threading
 import weakref
 from array import array
 from collections.abc import Callable
-from time import perf_counter
+from time import perf_counter, thread_time
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -127,6 +127,7 @@ class OpenLoop:
     """
 
     __slots__ = (
+        "cpu_start",
         "due",
         "end_wait",
         "fetching",
@@ -141,7 +142,8 @@ class OpenLoop:
 
     def __init__(self, loop_id: int, totals: list[Any], outer_wait: float = NAN) -> None:
         self.loop_id = loop_id
-        # the loop's [iterations, seconds, wait, dropped, model calls, their seconds]
+        # the loop's [iterations, seconds, wait, dropped, model calls, their seconds, its
+        # thread's CPU seconds over its runs that ended]
         self.totals = totals
         # The input wait no step had taken when the loop began: the next step's again if the
         # loop ends without one (a helper's loop between a batch and its step).
@@ -155,6 +157,8 @@ class OpenLoop:
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
         self.fetching = False  # its iterator is being asked for the next item, timed as its wait
         self.end_wait = 0.0  # the wait of the `next()` that found no item (see `items_ran_out`)
+        # the CPU time of the thread running the loop (the run's) as this run of it began
+        self.cpu_start = thread_time()
 
 
 class StepMark(NamedTuple):
@@ -709,7 +713,7 @@ class Recorder:
         innermost of the loops open now; `end_loop` closes it."""
         totals = self.loop_totals.get(loop_id)
         if totals is None:
-            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0, 0, 0.0]
+            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0, 0, 0.0, 0.0]
         state = OpenLoop(loop_id, totals, self.pending_wait)
         self.open_loops.append(state)
         return state
@@ -866,6 +870,7 @@ class Recorder:
             if state.loop_id == loop_id:
                 if state.n:
                     self.next_item(state, now, None)
+                state.totals[6] += thread_time() - state.cpu_start
                 self.open_loops.remove(state)
                 if not state.has_steps:
                     wait = state.outer_wait
@@ -880,6 +885,8 @@ class Recorder:
             state = self.open_loops[-1]
             if state.n:
                 self.next_item(state, now, None)
+            if threading.get_ident() == self.thread_id:  # the loops' thread's CPU clock
+                state.totals[6] += thread_time() - state.cpu_start
             self.open_loops.pop()
 
     # -- memory --------------------------------------------------------------------------------
@@ -1029,8 +1036,9 @@ class Recorder:
             started = np.searchsorted(starts, [warning.time], side="right")
             warning.step = int(self._rows_started(started, index)[0])
         for loop in self.loops:
-            totals = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0, 0, 0.0))
-            iterations, seconds, wait, dropped, model_calls, model_seconds = totals
+            totals = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0, 0, 0.0, -1.0))
+            iterations, seconds, wait, dropped, model_calls, model_seconds, cpu = totals
+            loop.cpu_seconds = float(cpu)
             loop.model_calls = int(model_calls)
             loop.model_seconds = float(model_seconds)
             loop.iterations = int(iterations)

@@ -196,11 +196,7 @@ def render_text(report: dict[str, Any]) -> str:
     if ran:  # a loop that never ran (the cell stopped before it) is no loop of this run
         out.append("")
         out.append("Loops of the cell:")
-        for loop in ran:
-            count = loop.get("iterations")
-            plural = "iteration" if count == 1 else "iterations"
-            times = f" ({count:,} {plural})" if isinstance(count, int) else ""
-            out.append(f"  line {loop['lineno']}: {loop['source']}{times}")
+        out.extend(f"  line {loop['lineno']}: {loop['source']}{_loop_times(loop)}" for loop in ran)
     if report["warnings"]:
         out.append("")
         out.append(f"Warnings ({report['warnings_total']}):")
@@ -299,3 +295,20 @@ def split_parts(split: dict[str, Any]) -> list[tuple[str, float | None]]:
     measured = [(name, value) for name, value in parts if value is not None]
     measured.sort(key=lambda part: -(part[1] or 0.0))
     return measured + [(name, value) for name, value in parts if value is None]
+
+
+def _loop_times(loop: dict[str, Any]) -> str:
+    """A loop's iterations, the time in its bodies and in waits for its items, and how much
+    of that its thread was on the CPU: ``" (1,000 iterations; bodies 13.70 s, waits 10.26 s;
+    its thread on the CPU 7%)"`` ("" when the report has none of them)."""
+    count = loop.get("iterations")
+    parts = []
+    if isinstance(count, int):
+        parts.append(f"{count:,} {'iteration' if count == 1 else 'iterations'}")
+    body, wait = loop.get("seconds"), loop.get("wait")
+    if isinstance(body, float) and isinstance(wait, float):
+        parts.append(f"bodies {seconds(body)}, waits {seconds(wait)}")
+        cpu = loop.get("cpu_seconds", -1.0)
+        if isinstance(cpu, float) and cpu >= 0 and body + wait > 0:
+            parts.append(f"its thread on the CPU {share(min(cpu, body + wait), body + wait)}")
+    return f" ({'; '.join(parts)})" if parts else ""

@@ -9,6 +9,7 @@ from ..record import Kind, Phase, Record
 from ..units import seconds
 from .causes import growing_in_loops
 from .evidence import loop_label, rounded
+from .retracing import same_function
 from .where import running_place
 
 CODE = "progressive-slowdown"
@@ -51,8 +52,9 @@ run rising within itself (the Theil-Sen slope of its five window medians, the me
 slopes between every two of them, times its span, at least a tenth of the whole rise) or, for
 a rise of 3× or more, no split of the windows (three at least a side) into two such flat parts;
 and the rise costing at least 0.1 s (the time above the early median, summed over the steps).
-When nothing is seen growing alongside the rise (tracings, models built, Keras calls from a
-loop, 50 MiB of process memory, a value the code's loops grow and work on whole), the late
+When nothing is seen growing alongside the rise (tracings of the code's own functions, not
+Keras' train, test and predict functions' first ones; models built, Keras calls from a loop,
+50 MiB of process memory, a value the code's loops grow and work on whole), the late
 median must be at least 3 times the early one (4.5 times where one half is flat).
 
 Why these: what accumulates per step (a growing tensor, a list stacked every step, a memory
@@ -347,7 +349,16 @@ def _memory_rank_correlation(record: Record, found: dict) -> float | None:
 
 def _growing_alongside(record: Record, since: float) -> list[str]:
     notes: list[str] = []
-    traces = [t for t in record.traces if not t.nested and t.time >= since]
+    # Keras' own train, test and predict functions trace once or twice each as they are first
+    # called (a fit's validation, at its first epoch's end): nothing that grows.
+    keras_own = [f.name for f in record.functions if f.keras_internal]
+    traces = [
+        t
+        for t in record.traces
+        if not t.nested
+        and t.time >= since
+        and not any(same_function(t.function, name) for name in keras_own)
+    ]
     if len(traces) >= 3:
         notes.append(f"{len(traces)} tf.function tracings after the rise began")
     models = [m for m in record.models if m.time >= since]

@@ -887,6 +887,8 @@ class Recorder:
                 self.next_item(state, now, None)
             if threading.get_ident() == self.thread_id:  # the loops' thread's CPU clock
                 state.totals[6] += thread_time() - state.cpu_start
+            else:  # another thread's clock says nothing of the loop's: not measured
+                state.totals[6] = -math.inf
             self.open_loops.pop()
 
     # -- memory --------------------------------------------------------------------------------
@@ -1038,7 +1040,7 @@ class Recorder:
         for loop in self.loops:
             totals = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0, 0, 0.0, -1.0))
             iterations, seconds, wait, dropped, model_calls, model_seconds, cpu = totals
-            loop.cpu_seconds = float(cpu)
+            loop.cpu_seconds = float(cpu) if cpu >= 0 else -1.0
             loop.model_calls = int(model_calls)
             loop.model_seconds = float(model_seconds)
             loop.iterations = int(iterations)

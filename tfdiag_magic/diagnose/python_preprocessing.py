@@ -100,7 +100,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         "per_iteration_s": rounded(total / loop.iterations),
         "model_calls": loop.model_calls,  # eager model calls made in it, below half its time
         "model_calls_s": rounded(loop.model_seconds),
-        # the process's CPU seconds while it ran (None: not measured)
+        # its thread's CPU seconds while it ran (None: not measured)
         "cpu_s": rounded(loop.cpu_seconds) if loop.cpu_seconds >= 0 else None,
     }
     finding = Finding(

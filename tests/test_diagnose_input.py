@@ -934,16 +934,19 @@ def test_leading_dimension_of_shapes_it_cannot_read_is_unknown():
 # -- python-preprocessing -------------------------------------------------------------------
 
 
+# Grayscale pixel by pixel, over the first {images} images: 32x32 pixels each.
+GRAYSCALE = (
+    "gray = np.empty((200, 96, 96), dtype=np.float32)\n"
+    "for i in range({images}):\n"
+    "    for row in range(32):\n"
+    "        for col in range(32):\n"
+    "            red, green, blue = images[i, row, col]\n"
+    "            gray[i, row, col] = (0.299 * red + 0.587 * green + 0.114 * blue) / 255\n"
+)
+
+
 def test_python_preprocessing_pixel_by_pixel_grayscale(img):
-    result, r = profiled(
-        img,
-        "gray = np.empty((200, 96, 96), dtype=np.float32)\n"
-        "for i in range(200):\n"
-        "    for row in range(32):\n"
-        "        for col in range(32):\n"
-        "            red, green, blue = images[i, row, col]\n"
-        "            gray[i, row, col] = (0.299 * red + 0.587 * green + 0.114 * blue) / 255\n",
-    )
+    result, r = profiled(img, GRAYSCALE.format(images=200))
     assert result.success
     f = the(r, "python-preprocessing")
     assert f.severity == "warning"
@@ -1103,15 +1106,7 @@ def test_no_python_preprocessing_for_a_loop_whose_bodies_sleep(ip):
 def test_a_python_loop_over_data_is_on_the_cpu(img):
     # The other side of the sleeping loop's silence: pixel-by-pixel work keeps the process on
     # the CPU for most of the loop's time (0.5 of it beside a busy neighbour on its core).
-    result, r = profiled(
-        img,
-        "gray = np.empty((200, 96, 96), dtype=np.float32)\n"
-        "for i in range(100):\n"
-        "    for row in range(32):\n"
-        "        for col in range(32):\n"
-        "            red, green, blue = images[i, row, col]\n"
-        "            gray[i, row, col] = (0.299 * red + 0.587 * green + 0.114 * blue) / 255\n",
-    )
+    result, r = profiled(img, GRAYSCALE.format(images=100))
     assert result.success
     f = the(r, "python-preprocessing")
     assert f.evidence["cpu_s"] >= 0.3 * f.evidence["seconds"], f.evidence

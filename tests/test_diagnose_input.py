@@ -5,6 +5,7 @@ per-step-host-conversion, small-batch, slow-callback, gc-pauses."""
 from __future__ import annotations
 
 import gc
+import random
 
 import numpy as np
 import pytest
@@ -1084,6 +1085,9 @@ def test_no_python_preprocessing_for_a_loop_that_waits_on_a_tf_data_pipelines_ma
     assert_silent(r, "python-preprocessing")
 
 
+SLEEPS = "import time\nfor sample in range(1000):\n    time.sleep(0.001)\n"
+
+
 def test_no_python_preprocessing_for_a_loop_whose_bodies_sleep(ip):
     # The tf.data performance guide's benchmark: `for sample in dataset: time.sleep(0.01)`, a
     # sleep standing for the training step. It read "a Python loop over data took 13.7 s,
@@ -1091,16 +1095,40 @@ def test_no_python_preprocessing_for_a_loop_whose_bodies_sleep(ip):
     # sleeps: the loop's thread was on the CPU for a few per cent of the loop's time. (Over a
     # dataset each `next()` takes 0.5-0.8 ms of CPU on a 2-vCPU EPYC, beside the guide's 10 ms
     # sleeps a twentieth.)
-    result, r = profiled(
-        ip,
-        "import time\nfor sample in range(1000):\n    time.sleep(0.001)\n",
-    )
+    result, r = profiled(ip, SLEEPS)
     assert result.success
     loop = next(loop for loop in r.record.loops if loop.source.startswith("for sample in"))
     assert loop.iterations == 1000
     assert loop.seconds >= 1.0  # the bodies: over the finding's 0.5 s and 25 % of the cell
     assert 0 <= loop.cpu_seconds < 0.1 * loop.seconds, loop
     assert_silent(r, "python-preprocessing")
+
+
+@pytest.fixture
+def fragmented_heap():
+    """50,000 freed blocks between 50,000 kept ones in the C heap, as a long-lived process
+    leaves it: glibc's `mallinfo2` walks them all, 10 ms a read on a 2-vCPU EPYC."""
+    rng = random.Random(0)
+    blocks = [bytes(rng.randint(600, 1200)) for _ in range(100_000)]
+    del blocks[::2]
+    yield
+    del blocks
+
+
+def test_a_slow_heap_read_is_not_the_loops_cpu(ip, fragmented_heap):
+    # The sleeping loop again, in a process whose C heap is fragmented. Where the CPU
+    # tensors series is the heap's count (no oneDNN statistics), each read walked it: read
+    # every 50 ms from the loop's thread, the reads took a fifth of the loop (a CI run's
+    # worker read its CPU share at 0.20). Paced, they stay under a hundredth.
+    ip.run_cell("import tensorflow as tf\ntf.zeros(1)")  # the runtime up: its series is read
+    result, r = profiled(ip, SLEEPS)
+    assert result.success
+    loop = next(loop for loop in r.record.loops if loop.source.startswith("for sample in"))
+    assert 0 <= loop.cpu_seconds < 0.1 * loop.seconds, (loop, r.record.facts["memory_reads"])
+    assert_silent(r, "python-preprocessing")
+    reads = r.record.facts["memory_reads"]
+    if r.record.facts.get("cpu_tensors_counted_by") == "heap":
+        assert reads["cpu_tensors"]["skipped"] > 0, reads
 
 
 def test_a_python_loop_over_data_is_on_the_cpu(img):

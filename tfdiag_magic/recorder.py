@@ -258,8 +258,9 @@ class Recorder:
         self.mem_time = array("d")
         self.mem_rss = array("q")
         self.mem_tensors = array("q")  # bytes TensorFlow's CPU allocator has in use
-        # Blocks Python's own allocator has handed out (`sys.getallocatedblocks`, about a
-        # microsecond): Python objects, whose arenas neither count above sees.
+        # Blocks Python's own allocator has handed out (`sys.getallocatedblocks`, which walks
+        # its pools: microseconds to milliseconds, see `paced_read`): Python objects, whose
+        # arenas neither count above sees.
         self.mem_python_blocks = array("q")
         # Where the profiled code was at each sample: the line of its innermost frame on the
         # sampling thread's stack (-1: none). `code_file` is the filename the code was
@@ -270,6 +271,7 @@ class Recorder:
         self.rss_reader: Callable[[], int] | None = None
         self.gpu_reader: Callable[[], dict[str, tuple[int, int]]] | None = None
         self.tensor_reader: Callable[[], int] | None = None
+        self.blocks_reader: Callable[[], int] = sys.getallocatedblocks
         self.warnings: list[WarningRecord] = []
         self.warnings_dropped = 0
         # Calls and events that the diagnosis reads besides the steps (see record.py).
@@ -901,7 +903,7 @@ class Recorder:
         self.mem_time.append(now - self.t0)
         self.mem_rss.append(self.rss_reader() if self.rss_reader else -1)
         self.mem_tensors.append(self.tensor_reader() if self.tensor_reader else -1)
-        self.mem_python_blocks.append(sys.getallocatedblocks())
+        self.mem_python_blocks.append(self.blocks_reader())
         self.mem_line.append(self.user_line())
         if self.gpu_reader is not None:
             for device, (current, peak) in self.gpu_reader().items():

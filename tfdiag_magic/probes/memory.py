@@ -12,7 +12,8 @@ rises with every tensor kept. TensorFlow keeps that count only for its oneDNN CP
 (on by default on x86 CPUs with AVX-512 and similar). Elsewhere (AVX2-only CPUs such as many AMD
 EPYC, `TF_ENABLE_ONEDNN_OPTS=0`) TensorFlow's default CPU allocator takes every tensor from the C
 heap with `malloc`, and the series is the C heap's bytes in use instead (glibc's `mallinfo2`,
-about a microsecond a read): it also falls when tensors are freed and rises with every tensor
+microseconds a read in a fresh process, milliseconds on a fragmented heap: paced, see
+`paced_read`): it also falls when tensors are freed and rises with every tensor
 kept, and counts NumPy arrays and large Python objects as well. Without either (another C
 library) the series is -1.
 """
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from collections.abc import Callable
 
+from ..paced_read import PacedReader
 from ..record import Record
 from ..recorder import Recorder
 
@@ -171,20 +174,29 @@ class MemoryProbe:
         self._gpu_names = gpu_names
         self._rec: Recorder | None = None
         self._tensors: CpuTensorReader | None = None
+        # The two reads that walk an allocator's lists, paced to 1 % of the time at most.
+        self._paced: dict[str, PacedReader[int]] = {}
 
     def install(self, recorder: Recorder) -> None:
         self._rec = recorder
         recorder.rss_reader = host_rss_reader()
         self._tensors = CpuTensorReader()
-        recorder.tensor_reader = self._tensors.read
+        self._paced = {
+            "cpu_tensors": PacedReader(self._tensors.read, -1),
+            "python_blocks": PacedReader(sys.getallocatedblocks, -1),
+        }
+        recorder.tensor_reader = self._paced["cpu_tensors"]
+        recorder.blocks_reader = self._paced["python_blocks"]
         if self._gpu_names:
             recorder.gpu_reader = gpu_memory_reader(self._gpu_names)
         recorder.sample_memory()
 
     def remove(self) -> None:
         """Nothing is patched; the readers stay on the recorder for its last sample, taken by
-        `Recorder.finish`, which then drops them."""
+        `Recorder.finish`, which then drops them; that sample reads every series."""
         self._rec = None
+        for reader in self._paced.values():
+            reader.read_next_call()
 
     def finish(self, record: Record) -> None:
         """The samples are the recorder's (`Record.memory`); this adds which count the
@@ -192,3 +204,8 @@ class MemoryProbe:
         allocator's own, or "heap", the C heap's bytes in use), where it was read."""
         if self._tensors is not None and self._tensors.counted_by is not None:
             record.facts["cpu_tensors_counted_by"] = self._tensors.counted_by
+        # Each paced series' reads, made and skipped, and their seconds (`paced_read`).
+        if self._paced:
+            record.facts["memory_reads"] = {
+                name: reader.summary() for name, reader in self._paced.items()
+            }

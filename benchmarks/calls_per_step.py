@@ -17,8 +17,9 @@ Each workload is a cell run in a real IPython shell, plainly and under ``%%tfpro
 magic's full path: loop instrumentation, every probe, the recorder, the diagnosis after), at
 ``SHORT`` and ``LONG`` steps (the eager loop, whose steps make ten thousand calls each under
 cProfile, at the lengths `LENGTHS` gives it: 128 and 384 read 9.0 where 200 and 600 read 8.8,
-and take 21 s instead of 34 s). cProfile counts every call, builtins included. The slope
-``(calls(LONG) - calls(SHORT)) / (LONG - SHORT)`` cancels what a run costs once (start-up,
+and take 21 s instead of 34 s). cProfile counts every call, builtins included, but for the GC
+probe's callbacks, whose number follows other threads' allocations (`_gc_callback_calls`). The
+slope ``(calls(LONG) - calls(SHORT)) / (LONG - SHORT)`` cancels what a run costs once (start-up,
 report); the profiled slope minus the plain slope is what the tool adds per step.
 
 The instructions (``--instructions``, or `instructions_per_step`): every bytecode instruction
@@ -136,7 +137,28 @@ def calls(shell, cell: str) -> int:
     profiler.disable()
     if not outcome.success:
         raise RuntimeError(f"the cell failed: {outcome.error_in_exec or outcome.error_before_exec}")
-    return pstats.Stats(profiler).total_calls
+    stats = pstats.Stats(profiler)
+    return stats.total_calls - _gc_callback_calls(stats)
+
+
+def _gc_callback_calls(stats: pstats.Stats) -> int:
+    """Calls of the GC probe's callback and the calls it made: a collection runs on whichever
+    thread's allocation started it, so their number follows the other threads' allocations
+    (the samplers', more of them the longer a run takes on a busy machine), not the steps."""
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    callbacks = [
+        func
+        for func in table
+        if func[2] == "on_gc" and func[0].endswith(os.path.join("probes", "gc_pauses.py"))
+    ]
+    total = 0
+    for func in callbacks:
+        total += table[func][1]  # its own calls
+    for _func, (_cc, _nc, _tt, _ct, callers) in table.items():
+        for caller in callbacks:
+            if caller in callers:
+                total += callers[caller][0]  # the calls it made to this function
+    return total
 
 
 def per_step(
@@ -148,10 +170,10 @@ def per_step(
     repeats: int = 2,
 ) -> float:
     """The calls per step of `body`, the fewest of `repeats` measures: what recurs on every
-    step is in each of them, while work that depends on time or on other threads (a garbage
-    collection that another thread's allocations started, landing on this one) only adds
+    step is in each of them, while work that depends on time or on other threads only adds
     calls. Measured once beside a CPU hog and a full test suite, `train_on_batch` read 13.5
-    added calls per step, where it reads 11.1 alone."""
+    added calls per step, where it reads 11.1 alone; the GC probe's callbacks, which another
+    thread's allocations can start on this one, are no longer counted (`_gc_callback_calls`)."""
     head = f"%%tfprofile -q {options}\n" if profiled else ""
     return _fewest_per_step(calls, shell, head + body, lengths, repeats)
 

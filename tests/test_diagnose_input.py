@@ -1115,7 +1115,8 @@ def fragmented_heap():
     del blocks
 
 
-def test_a_slow_heap_read_is_not_the_loops_cpu(ip, fragmented_heap):
+@pytest.mark.usefixtures("fragmented_heap")
+def test_a_slow_heap_read_is_not_the_loops_cpu(ip):
     # The sleeping loop again, in a process whose C heap is fragmented. Where the CPU
     # tensors series is the heap's count (no oneDNN statistics), each read walked it: read
     # every 50 ms from the loop's thread, the reads took a fifth of the loop (a CI run's

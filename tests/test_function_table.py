@@ -145,3 +145,36 @@ def test_traced_again_on_most_calls_means_more_than_half():
     assert traced_on_most_calls({"calls": 12, "traces": 7})
     assert not traced_on_most_calls({"calls": 12, "traces": 6})  # half is not most
     assert not traced_on_most_calls({"calls": 4, "traces": 4})  # too few calls to say
+
+
+# A tracing that raises: the mixed precision guide's step, traced with a layer that cannot take
+# its input's dtype, read "1 calls, 0 traces" (TensorFlow counts only tracings that made a
+# graph). Then a function whose tracing worked and whose run raised: one tracing, not two.
+TRACE_RAISES = """
+@tf.function
+def step(v):
+    if v.shape[-1] != 4:
+        raise ValueError("step takes 4 features")
+    return v * 2.0
+step(tf.ones((2, 3)))
+"""
+RUN_RAISES = """
+@tf.function
+def checked(v):
+    tf.debugging.assert_positive(v)
+    return v * 2.0
+checked(tf.ones((2,)))
+checked(-tf.ones((2,)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("cell", "error", "calls"),
+    [(TRACE_RAISES, "ValueError", 1), (RUN_RAISES, "InvalidArgumentError", 2)],
+    ids=["its-tracing-raised", "its-run-raised"],
+)
+def test_a_call_that_raised_counts_its_tracing_once(fn_ip, cell, error, calls):
+    result, r = profiled(fn_ip, cell)
+    assert type(result.error_in_exec).__name__ == error
+    stats = next(f for f in r.record.functions if f.name in ("step", "checked"))
+    assert (stats.calls, stats.traces) == (calls, 1), stats

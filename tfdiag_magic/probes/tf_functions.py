@@ -43,6 +43,7 @@ class FunctionEntry:
         "calls",
         "counted_calls",
         "counters",
+        "failed_traces",
         "keras_internal",
         "last_count",
         "loss_at",
@@ -66,6 +67,8 @@ class FunctionEntry:
         self.calls = 0
         self.batch = float("nan")  # batch size of its first top-level call
         self.traces_before = self.last_count = _tracing_count(function)
+        # Tracings that raised: TensorFlow counts only those that made a graph.
+        self.failed_traces = 0
         self.updates = False
         # The optimizers whose update was traced inside this function, each with its
         # `iterations` when last read: read after each of the first calls, and after every call
@@ -113,10 +116,18 @@ class FunctionEntry:
         return max(most, 1)
 
     def traces(self) -> int:
-        """Tracings during the run (counted when last seen, if the function is gone)."""
+        """Tracings during the run, those that raised included (counted when last seen, if the
+        function is gone)."""
         function = self.ref()
         count = _tracing_count(function) if function is not None else self.last_count
-        return max(count - self.traces_before, 0)
+        return max(count - self.traces_before, 0) + self.failed_traces
+
+    def raised_after_tracing(self, function: Any) -> None:
+        """A call of `function` raised after something was traced in it: where TensorFlow's
+        count of its tracings did not rise, its own tracing is what raised (an error in the
+        Python code a tracing runs, a shape it cannot take)."""
+        if _tracing_count(function) == self.last_count:
+            self.failed_traces += 1
 
 
 def _iterations(optimizer: Any) -> int | None:
@@ -372,6 +383,10 @@ class TFFunctionProbe:
                     rec.top_function = function
                 try:
                     return original(function, *args, **kwargs)
+                except BaseException:
+                    if rec.trace_count != traced_before:
+                        entry.raised_after_tracing(function)
+                    raise
                 finally:
                     if outermost:
                         rec.top_function = None
@@ -380,6 +395,10 @@ class TFFunctionProbe:
             if not here.main:
                 try:
                     return original(function, *args, **kwargs)
+                except BaseException:
+                    if rec.trace_count != traced_before:
+                        entry.raised_after_tracing(function)
+                    raise
                 finally:
                     if rec.trace_count != traced_before:
                         entry.last_count = _tracing_count(function)
@@ -405,6 +424,8 @@ class TFFunctionProbe:
             try:
                 result = original(function, *args, **kwargs)
             except BaseException as exc:
+                if rec.trace_count != traced_before:
+                    entry.raised_after_tracing(function)
                 # The batch size is read once per function on the hot path; a failing call
                 # (an OOM at a larger batch) gets its own read.
                 rec.note_failure(

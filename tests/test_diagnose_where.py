@@ -315,6 +315,24 @@ def test_growth_is_credited_to_the_lines_running_while_it_grew():
     assert "while the loop at line 4 ran" in place.sentence()
 
 
+def test_growth_of_a_series_read_at_every_fourth_sample_is_placed_the_same():
+    # A paced series (`paced_read`): its value read at one sample in four, -1 at the others,
+    # whose lines are still read. The rise between two reads is shared among the lines of
+    # the samples from one to the other; no pair of neighbours is read, so each was lost.
+    lines = [3] * 12 + [5, 6] * 10 + [8] * 12
+    rss = [100 * MIB] * 12 + [100 * MIB + 4 * MIB * (k + 1) for k in range(20)]
+    rss += [rss[-1]] * 12
+    paced = [value if k % 4 == 0 else -1 for k, value in enumerate(rss)]
+    record = _record(lines, paced)
+    place = growth_place(record, record.memory["rss"].astype(np.float64), 0.0, 10.0)
+    assert place is not None
+    assert place.loop_line == 4 and place.label == "line 4: for xb, yb in batches:"
+    # The rise from sample 12 to 16 is shared among 5 samples, one of them the parsing
+    # loop's, and so on: most of it is the training loop's.
+    assert place.loop_share >= 0.9, place
+    assert place.line in (5, 6) and 0.4 <= place.share <= 0.6
+
+
 def test_a_loop_that_ended_before_the_growth_is_never_named():
     # The parsing loop ran most of the samples, but memory rose only after it ended.
     lines = [3] * 30 + [5] * 10

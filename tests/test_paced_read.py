@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tfdiag_magic.paced_read import READ_SHARE, PacedReader
+from tfdiag_magic.probes.paced_read import READ_SHARE, PacedReader
 
 
 def _call_for(reader: PacedReader[int], seconds: float, every: float) -> float:

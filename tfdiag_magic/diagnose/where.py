@@ -94,28 +94,33 @@ def growth_place(
     spans: list[tuple[float, float]] | None = None,
 ) -> Place | None:
     """The place credited with most of the rise of `values` (a memory series) between `start`
-    and `end` (seconds into the run), over pairs of consecutive samples both inside that time
-    and inside one of `spans` (None: anywhere); None when no sample points at the code."""
+    and `end` (seconds into the run), over pairs of consecutive read samples both inside that
+    time and inside one of `spans` (None: anywhere); None when no sample points at the code.
+
+    Each pair's rise is shared among the lines running at its two samples and at the samples
+    between them, whose value was not read (-1: a paced read skipped, see `paced_read`; their
+    line is always read): two neighbouring samples share it half and half."""
     lines, times = _sample_lines(record, values)
     if lines is None or not (start <= end):
         return None
-    inside = (times >= start) & (times <= end) & (values >= 0)
+    read = np.flatnonzero((times >= start) & (times <= end) & (values >= 0))
+    if read.size < 2:
+        return None
+    first, last = read[:-1], read[1:]
     if spans is not None:
         span_of = np.full(times.size, -1)
         for index, (begin, finish) in enumerate(spans):
             span_of[(times >= begin) & (times <= finish)] = index
-        same_span = span_of[1:] == span_of[:-1]
-        same_span &= span_of[1:] >= 0
-    else:
-        same_span = np.ones(max(times.size - 1, 0), dtype=bool)
-    pairs = np.flatnonzero(inside[1:] & inside[:-1] & same_span) + 1
-    if pairs.size == 0:
+        same_span = (span_of[first] == span_of[last]) & (span_of[first] >= 0)
+        first, last = first[same_span], last[same_span]
+    if first.size == 0:
         return None
-    deltas = (values[pairs] - values[pairs - 1]).astype(np.float64) / 2
-    running, index = np.unique(
-        np.concatenate([lines[pairs - 1], lines[pairs]]), return_inverse=True
-    )
-    sums = np.bincount(index.reshape(-1), weights=np.concatenate([deltas, deltas]))
+    counts = last - first + 1  # the samples each pair's rise is shared among
+    shares = (values[last] - values[first]).astype(np.float64) / counts
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    samples = np.repeat(first, counts) + offsets
+    running, index = np.unique(lines[samples], return_inverse=True)
+    sums = np.bincount(index.reshape(-1), weights=np.repeat(shares, counts))
     return _place(record, Counter(dict(zip(running.tolist(), sums.tolist(), strict=True))))
 
 

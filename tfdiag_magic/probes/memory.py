@@ -25,9 +25,9 @@ import os
 import sys
 from collections.abc import Callable
 
-from ..paced_read import PacedReader
 from ..record import Record
 from ..recorder import Recorder
+from .paced_read import PacedReader
 
 _STATM = "/proc/self/statm"
 

@@ -5,18 +5,18 @@ free chunk of the C heap, and `sys.getallocatedblocks` every pool of Python's al
 
 - in a fresh process they take 3.5 and 5 µs;
 - in a notebook's process after a Keras `fit`, some text and a DataFrame, 30-64 and 100-120 µs;
-- after 40 tests' worth of TensorFlow in one process, 1.1 and 0.3 ms;
-- on a C heap with 200,000 freed blocks, `mallinfo2` took 47 ms.
+- in a pytest process after 42 tests of one module, 1.1 and 0.3 ms (in a CI worker later in
+  its run about 8 ms a sample for the two, from the CPU time they added to a loop);
+- on a C heap with 50,000 freed blocks, `mallinfo2` took 10 ms; with 200,000, 47 ms.
 
-The recorder samples memory from the user's own thread, every 50 ms. At 1.1 ms a read the tool
-took 3 % of a loop's thread (a loop of 1 ms sleeps read as a fifth on the CPU); at 47 ms it would
-take half. A paced reader times each read and skips the reads that come sooner than
-`1 / READ_SHARE` times its cost after the last: its cost stays under 1 % of the time it runs in,
-however slow its reads get. A skipped read gives the reader's "not read" value (-1, as before
-the runtime is up), which the series' users already leave out; a run's last sample is always
-read. The smaller of the last two
-reads' times sets the pace, so one read that lost its CPU to a neighbour does not thin the
-samples.
+The recorder samples memory from the user's own thread, every 50 ms. At 8 ms a sample the reads
+took 15 % of a loop's thread (a loop of 1 ms sleeps read as on the CPU a fifth of its time,
+the bar of `python-preprocessing`); at 47 ms they would take half. A paced reader times
+each read and skips the reads that come sooner than `1 / READ_SHARE` times its cost after the
+last: its cost stays under 1 % of the time it runs in, however slow its reads get. A skipped
+read gives the reader's "not read" value (-1, as before the runtime is up), which the series'
+users leave out; a run's last sample is always read. The smaller of the last two reads' times
+sets the pace, so one read that lost its CPU to a neighbour does not thin the samples.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from tests.diagnosis_support import assert_silent, listing, problems, the
 from tests.helpers import profiled, profiled_script
 from tfdiag_magic.diagnose import host_memory_growth
 from tfdiag_magic.diagnose.growth import is_steady_rise, steady_growth
-from tfdiag_magic.probes import memory
+from tfdiag_magic.probes import memory, paced_read
 from tfdiag_magic.record import Kind, Phase, Record
 from tfdiag_magic.recorder import Recorder
 
@@ -93,6 +93,16 @@ def test_host_memory_growth_gradients_kept_for_later_plots(wide):
     assert "far more than a scalar" in f.detail  # megabytes per step: not losses
 
 
+@pytest.fixture
+def every_sample_read(monkeypatch):
+    """The allocator's series read at every sample, unpaced (`paced_read`): in a test process
+    that has run many tests before, a read of the C heap took 8 ms and was made once per 0.8 s,
+    two reads in these short runs. These tests are about what the series shows; the pacing has
+    its own (`tests/test_paced_read.py`, the fragmented heap in `test_diagnose_input.py`)."""
+    monkeypatch.setattr(paced_read, "READ_SHARE", 1.0)
+
+
+@pytest.mark.usefixtures("every_sample_read")
 def test_host_memory_growth_when_the_leaking_cell_runs_a_second_time(wide):
     # The second run frees the first run's list (`grad_history = []`) and refills the memory
     # it held: RSS stays flat, but the tensors held on the CPU grow as before.
@@ -273,6 +283,7 @@ NUMPY_GRADIENTS_KEPT = GRADIENTS_KEPT.replace(
 )
 
 
+@pytest.mark.usefixtures("every_sample_read")
 def test_host_memory_growth_read_from_the_c_heap_where_tensorflow_keeps_no_statistics(
     wide, monkeypatch
 ):

@@ -347,16 +347,24 @@ def _memory_rank_correlation(record: Record, found: dict) -> float | None:
     return rounded(_spearman(np.asarray(memory), found["medians"]), 3)
 
 
+DATASET_FUNCTION = "Dataset_"  # how TensorFlow names a tf.data transformation's function
+
+
 def _growing_alongside(record: Record, since: float) -> list[str]:
     notes: list[str] = []
     # Keras' own train, test and predict functions trace once or twice each as they are first
-    # called (a fit's validation, at its first epoch's end): nothing that grows.
+    # called (a fit's validation, at its first epoch's end): nothing that grows. Nor does a
+    # tf.data pipeline's function (TensorFlow names them `Dataset_<transformation>_<name>`),
+    # traced once per pipeline built: Keras builds three for NumPy arrays at each `fit`'s
+    # validation, `evaluate` and `predict`, which read as "6 tracings after the rise began"
+    # under a healthy `fit` beside a CPU hog.
     keras_own = [f.name for f in record.functions if f.keras_internal]
     traces = [
         t
         for t in record.traces
         if not t.nested
         and t.time >= since
+        and not t.function.startswith(DATASET_FUNCTION)
         and not any(same_function(t.function, name) for name in keras_own)
     ]
     if len(traces) >= 3:

@@ -39,7 +39,7 @@ class PacedReader(Generic[T]):
         self.read = read
         self.missing = missing  # what a skipped read gives
         self.next_at = 0.0
-        self.last_cost = 0.0
+        self.last_cost = float("inf")  # none yet: the first read's own cost sets the pace
         self.reads = 0
         self.skipped = 0
         self.seconds = 0.0  # in all reads
@@ -53,7 +53,7 @@ class PacedReader(Generic[T]):
         cost = perf_counter() - start
         self.reads += 1
         self.seconds += cost
-        self.next_at = start + min(cost, self.last_cost if self.reads > 1 else cost) / READ_SHARE
+        self.next_at = start + min(cost, self.last_cost) / READ_SHARE
         self.last_cost = cost
         return value
 

@@ -109,6 +109,35 @@ def growth_within(
     )
 
 
+def rise_between_reads(
+    record: Record, values: np.ndarray, spans: list[tuple[float, float]]
+) -> float | None:
+    """What a series read at only a few of its samples (a paced read skips the others: -1,
+    `probes/paced_read.py`) rose within `spans`: in each span, from its first read sample past
+    the span's first tenth to its last one, scaled to the steps `growth_within` would fit
+    there. Too few points for a fit, enough to compare its rise with another series'. None
+    where no span has two read samples a half of its steps apart."""
+    done = steps_done(record)
+    times = record.memory.get("time")
+    if done is None or times is None or not done.size == times.size == values.size:
+        return None
+    total, judged = 0.0, False
+    for start, end in spans:
+        inside = (times >= start) & (times <= end)
+        x = done[inside].astype(np.float64)
+        if x.size < MIN_SPAN_SAMPLES or x[-1] - x[0] < MIN_SPAN_STEPS:
+            continue
+        fitted = x >= x[0] + 0.1 * (x[-1] - x[0])
+        read = fitted & (values[inside] >= 0)
+        steps = x[fitted][-1] - x[fitted][0]
+        if read.sum() < 2 or x[read][-1] - x[read][0] < 0.5 * steps:
+            continue
+        y = values[inside][read].astype(np.float64)
+        total += (y[-1] - y[0]) * steps / (x[read][-1] - x[read][0])
+        judged = True
+    return total if judged else None
+
+
 def _pooled_fit(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
     """The least-squares slope shared by every part, each part with its own intercept, and
     the share of the variance within the parts it explains (R²)."""

@@ -15,7 +15,7 @@ from ..rewrite import detach_appends
 from ..units import size
 from .eager_kernels import PY_FUNCTION, RANDOM, KernelCall, kernel_per_call_calls
 from .evidence import first_rewrite, loop_label, rounded, with_rewrite
-from .growth import Growth, growth_within, is_steady_rise, steady_growth
+from .growth import Growth, growth_within, is_steady_rise, rise_between_reads, steady_growth
 from .where import (
     Place,
     clip,
@@ -323,13 +323,22 @@ def _freed_memory_held(
     if measure != "rss" or record.facts.get("cpu_tensors_counted_by") != "heap":
         return False
     blocks = record.memory.get("python_blocks")
-    heap = growth_within(record, record.memory["cpu_tensors"], spans)
-    python = growth_within(record, blocks, spans) if blocks is not None else None
+    heap = _rise_within(record, record.memory["cpu_tensors"], spans)
+    python = _rise_within(record, blocks, spans) if blocks is not None else None
     if heap is None or python is None:
         return False
     # Neither explains a quarter of the rise, Python's blocks counted at their largest size.
     share = HELD_SHARE * growth.total
-    return heap.total <= share and python.total * PYTHON_BLOCK_MAX <= share
+    return heap <= share and python * PYTHON_BLOCK_MAX <= share
+
+
+def _rise_within(
+    record: Record, values: np.ndarray, spans: list[tuple[float, float]]
+) -> float | None:
+    """What `values` rose within `spans`: fitted as RSS is, or where its reads were paced
+    too far apart for a fit (a heap slow to walk), between its first and last reads."""
+    fitted = growth_within(record, values, spans)
+    return fitted.total if fitted is not None else rise_between_reads(record, values, spans)
 
 
 def _busiest_loop(record: Record, start: float, end: float) -> str:

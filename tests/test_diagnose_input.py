@@ -1439,6 +1439,8 @@ def test_slow_callback_logging_every_batch(tab, tmp_path):
     assert max(ev["per_callback_s"], key=ev["per_callback_s"].get) == "BatchLogger"
     assert ev["per_callback_s"]["BatchLogger"] >= 64 * 0.005
     assert "BatchLogger" in f.title
+    assert "on_epoch_end" in f.fix  # the user's own callback: its work can move
+    assert "keras_own_callbacks" not in r.record.facts
 
 
 def test_slow_callback_predicting_the_validation_set_every_batch(tab):
@@ -1459,6 +1461,37 @@ def test_slow_callback_predicting_the_validation_set_every_batch(tab):
     assert ev["batches"] == 15  # the training batches, not the predict batches inside them
     assert "ValidationAccuracy" in ev["per_callback_s"]
     assert ev["callback_share_of_step_time"] >= 1
+
+
+def test_slow_callback_of_keras_own_checkpoint_asks_for_its_save_freq(tab, tmp_path):
+    # Keras' own callback saving the weights after every batch: its work cannot be moved to
+    # on_epoch_end by the user, its setting can.
+    weights = tmp_path / "every_batch.weights.h5"
+    result, r = profiled(
+        tab,
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        f"checkpoint = keras.callbacks.ModelCheckpoint({str(weights)!r},\n"
+        "                                             save_weights_only=True, save_freq=1)\n"
+        "model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[checkpoint])\n",
+    )
+    assert result.success and weights.exists()
+    assert r.record.facts["keras_own_callbacks"] == ["ModelCheckpoint"]
+    f = the(r, "slow-callback")
+    assert max(f.evidence["per_callback_s"], key=f.evidence["per_callback_s"].get) == (
+        "ModelCheckpoint"
+    )
+    assert "`save_freq='epoch'`" in f.fix and "on_epoch_end" not in f.fix
+
+
+def test_slow_callback_fix_for_keras_own_callbacks_and_the_users_of_the_same_name():
+    from tfdiag_magic.diagnose.slow_callback import _fix
+
+    tensorboard = _fix("TensorBoard", ["TensorBoard"])
+    assert "update_freq='epoch'" in tensorboard and "steps_per_execution=N" in tensorboard
+    assert "verbose=2" in _fix("ProgbarLogger", ["ProgbarLogger"])
+    assert "steps_per_execution=N" in _fix("TerminateOnNaN", ["TerminateOnNaN"])
+    # A class of the user's that happens to share a Keras callback's name is the user's.
+    assert "on_epoch_end" in _fix("TensorBoard", [])
 
 
 def test_no_slow_callback_for_cheap_batch_hooks_and_epoch_work(tab, tmp_path):

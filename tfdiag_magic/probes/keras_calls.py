@@ -219,6 +219,7 @@ class KerasProbe:
         self._open: tuple[int, int, float, float] | None = None  # phase, begin batch, start, cb
         self._timed_lists: set[int] = set()
         self._timed_callbacks: list[tuple[Any, str]] = []
+        self._keras_own_callbacks: set[str] = set()  # timed callbacks of Keras' own classes
         self._call_patcher = Patcher()  # what one call patched (a PyDataset's __getitem__)
         self._meter: InputWaitMeter | None = None  # the top-level fit's input wait
         self._epoch_iterator: Any = None  # Keras' epoch iterator of the running top-level fit
@@ -266,7 +267,11 @@ class KerasProbe:
                 self._patcher.restore()
 
     def finish(self, record: Record) -> None:
-        """Nothing left to add: the steps, calls and callback times are in the recorder's."""
+        """Which of the timed callbacks are Keras' own (`facts["keras_own_callbacks"]`): their
+        batch hooks are not the user's to move. The steps, calls and callback times are in the
+        recorder's."""
+        if self._keras_own_callbacks:
+            record.facts["keras_own_callbacks"] = sorted(self._keras_own_callbacks)
 
     def _time_callbacks(self, rec: Recorder, callbacks: Any) -> None:
         """Time each callback of a CallbackList that has batch hooks of its own, by class."""
@@ -295,6 +300,9 @@ class KerasProbe:
 
                 setattr(callback, name, timed)
                 self._timed_callbacks.append((callback, name))
+                # LambdaCallback runs the user's own functions.
+                if cls.__module__.startswith("keras.") and label != "LambdaCallback":
+                    self._keras_own_callbacks.add(label)
 
     def _untime_callbacks(self) -> None:
         while self._timed_callbacks:

@@ -1272,6 +1272,33 @@ def test_host_conversion_of_each_batch_before_its_step(tab, name):
         assert "host" not in code.co_names
 
 
+def test_no_host_conversion_for_an_episodes_observations_that_cost_nothing_beside_its_step(tab):
+    # An actor-critic's shape: each step (one optimizer update) follows an episode of eager
+    # model calls, each on an observation converted from NumPy and made from the model's last
+    # action. Those conversions are a few hundred bytes a step, nothing beside the step: no
+    # dataset built once could hold data that do not exist before the model acts.
+    result, r = profiled(
+        tab,
+        "obs = rng.normal(size=(1, 16)).astype('float32')\n"
+        "for episode in range(25):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        total = 0.0\n"
+        "        for t in range(30):\n"
+        "            logits = model(tf.convert_to_tensor(obs))\n"
+        "            obs = np.tanh(obs + logits.numpy()[:, :1]).astype('float32')\n"
+        "            total = total + tf.reduce_sum(logits)\n"
+        "    grads = tape.gradient(total, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+    )
+    assert result.success
+    steps = r.record.steps
+    fed = steps["host_bytes"] > 0
+    assert fed.sum() >= 20, listing(r)  # the steps were fed NumPy: the rule had its case
+    conversion = r.record.facts["host_conversion_s"]
+    assert conversion < 0.005 * float(np.median(steps["duration"][fed]))
+    assert_silent(r, "per-step-host-conversion")
+
+
 def test_a_conversion_outside_the_loops_is_not_a_step_s(tab):
     # The whole arrays converted once, in a helper and in main() before the loop, then sliced
     # as tensors: no step is fed from NumPy, and no step is given those bytes (no loop was

@@ -207,6 +207,27 @@ def test_eager_step_gradient_tape_loop_without_tf_function(tab):
     assert f.evidence["median_eager_step_s"] > 0
     assert f.evidence["median_compiled_step_s"] is None
     assert "not wrapped in `tf.function`" in f.evidence["cause"]
+    assert f.rewrite is not None and "`@tf.function` on the step function" in f.fix
+
+
+def test_eager_step_written_inline_in_its_loop_is_told_how_to_compile_it(tab):
+    # No step function to decorate: the update is the loop's own body (as in an episode of
+    # reinforcement learning, whose environment calls cannot run in a graph).
+    result, r = profiled(
+        tab,
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)\n"
+        "for xb, yb in ds:\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+    )
+    assert result.success
+    f = the(r, "eager-step")
+    assert f.rewrite is None
+    assert "on the step function" not in f.fix
+    assert "into one function decorated with `@tf.function`" in f.fix
+    assert "tf.function(model)" in f.fix
 
 
 def test_eager_step_compiled_with_run_eagerly(tab):

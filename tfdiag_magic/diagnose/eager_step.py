@@ -33,7 +33,12 @@ any.
 ## Fix
 Decorate the step function with `@tf.function`; remove `run_eagerly=True` from `compile`;
 set `tf.config.run_functions_eagerly(False)`: the switch is process-wide, so deleting the line
-does not turn it off in a kernel where it already ran.
+does not turn it off in a kernel where it already ran. Where the update is written inline in
+the loop, move the forward pass, the gradient and the update into one `@tf.function`; where the
+work between the model's calls cannot run in a graph (an environment's `step` in a
+reinforcement-learning episode), compile the model's call alone (`tf.function(model)`): in the
+keras-io actor-critic example that took its model calls from 3.9 to 0.85 ms and the run from
+16.2 to 8.8 s, with the same rewards (a 2-vCPU EPYC).
 
 ## Threshold
 At least 10 eager training steps, and eager steps are the majority of the training steps, so
@@ -80,7 +85,23 @@ def check(record: Record, source: str | None) -> Finding | None:
         # the kept rows' time, scaled to every eager step where the table kept a sample
         impact=float(durations.sum()) * 0.5 * eager_total / eager_rows.size,
     )
-    return with_rewrite(finding, source, first_rewrite(source, (compile_eager_step, {})))
+    finding = with_rewrite(finding, source, first_rewrite(source, (compile_eager_step, {})))
+    if finding.rewrite is None and cause == _PYTHON_UPDATE:
+        finding.fix = _NO_STEP_FUNCTION_FIX
+    return finding
+
+
+_PYTHON_UPDATE = (
+    "The optimizer update runs in plain Python: the step function is not wrapped in `tf.function`."
+)
+# The cell has no step function to decorate (the update is inline in its loop).
+_NO_STEP_FUNCTION_FIX = (
+    "Compile the step: move the forward pass, the gradient and the optimizer update into one"
+    " function decorated with `@tf.function`, and call it from the loop. Where the work between"
+    " the model's calls cannot run in a graph (NumPy, an environment's `step`, as in a"
+    " reinforcement-learning episode), compile the model's call alone: `policy ="
+    " tf.function(model)`, and call `policy(state)` inside the tape."
+)
 
 
 _FUNCTIONS_EAGERLY = (
@@ -102,7 +123,4 @@ def _cause(record: Record, kinds: set[str], source: str | None) -> str:
         if switched_on and "run_eagerly=True" not in text.replace(" ", ""):
             return _FUNCTIONS_EAGERLY
         return "The model was compiled with `run_eagerly=True`, so Keras runs its step eagerly."
-    return (
-        "The optimizer update runs in plain Python: the step function is not wrapped in"
-        " `tf.function`."
-    )
+    return _PYTHON_UPDATE

@@ -8,7 +8,15 @@ from ..findings import Finding
 from ..record import Kind, Record
 from ..rewrite import numpy_batches_to_dataset
 from ..units import seconds, share, size
-from .evidence import first_rewrite, loop_label, loop_line, rounded, training_rows, with_rewrite
+from .evidence import (
+    first_rewrite,
+    loop_label,
+    loop_line,
+    rounded,
+    steady_rows,
+    training_rows,
+    with_rewrite,
+)
 
 CODE = "per-step-host-conversion"
 TITLE = "NumPy batches converted to tensors on every step"
@@ -38,7 +46,9 @@ once, and iterate it (or pass it to `fit`).
 
 ## Threshold
 At least 20 training steps, 80% of them given NumPy arrays. Silent where converting a step's
-bytes as one array (timed after the run) is under 0.5% of the median step and the loop spends
+bytes as one array (timed after the run) is under 0.5% of the median of at least 20 steady
+steps (those that traced left out: a step slow from retracing hides its conversions until that
+is fixed) and the loop spends
 under a tenth of its time outside its steps: there is nothing to gain (a reinforcement-learning
 loop converting its observations, a few hundred bytes a step made one at a time from the model's
 own actions, read 0.03% and 0.5%). It is a warning when the loop's
@@ -79,10 +89,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     conversion = record.facts.get("host_conversion_s")
     step_median = float(np.median(steps["duration"][fed]))
     outside_share = outside / loop_time if loop_time > 0 else 0.0
-    # The conversion timed is one array of a step's bytes; a step that converts many small
-    # ones (sample by sample) spends more, which shows as the loop's time outside its steps.
-    cheap = conversion is not None and conversion < MIN_CONVERSION_SHARE * step_median
-    if cheap and outside_share < MIN_OUTSIDE_SHARE:
+    if _nothing_to_gain(conversion, steady_rows(record, fed), steps, outside_share):
         return None
     gpu = bool(record.facts.get("gpus"))
     severity = "warning" if gpu or outside_share >= MIN_OUTSIDE_SHARE else "info"
@@ -132,6 +139,19 @@ def check(record: Record, source: str | None) -> Finding | None:
         source,
         first_rewrite(source, (numpy_batches_to_dataset, {"loop_lineno": lineno})),
     )
+
+
+def _nothing_to_gain(
+    conversion: float | None, steady: np.ndarray, steps: np.ndarray, outside_share: float
+) -> bool:
+    """Whether converting a step's bytes is too little beside the steady steps to be worth a
+    change. Steps that trace are left out of that median: a step retracing every call is slow
+    for another reason, and its conversions come back into view once that is fixed. The
+    conversion timed is one array of a step's bytes; a step that converts many small ones
+    (sample by sample) spends more, which shows as the loop's time outside its steps."""
+    if conversion is None or steady.size < MIN_STEPS or outside_share >= MIN_OUTSIDE_SHARE:
+        return False
+    return conversion < MIN_CONVERSION_SHARE * float(np.median(steps["duration"][steady]))
 
 
 def _outside_steps(record: Record, loop: int) -> tuple[float, float]:

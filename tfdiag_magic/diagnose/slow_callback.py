@@ -109,8 +109,8 @@ def _fix(worst: str | None, keras_own: list[str]) -> str:
     move; a Keras callback's per-batch work is fixed, and only fewer batch hooks cut it."""
     if worst == "ProgbarLogger" and worst in keras_own:
         return (
-            "Keras' progress bar (`verbose=1`, the default) redraws after every batch: `verbose=2`"
-            " prints one line per epoch, `verbose=0` none."
+            "Keras' progress bar (`verbose=1`, which the default `'auto'` picks) redraws after"
+            " every batch: `verbose=2` prints one line per epoch, `verbose=0` none."
         )
     if worst == "TensorBoard" and worst in keras_own:
         return (

@@ -131,8 +131,12 @@ def test_before_and_after_a_fix_share_one_time_scale(traced):
     comparison = ip.user_ns["fast"].report()["comparison"]
     before, after = comparison["before"]["timeline"], comparison["after"]["timeline"]
     assert before["shares"]["wait"] > 0.5, before
-    # Read in parallel and ahead, the loop hardly waits: six steps take far less time.
-    assert after["shares"]["wait"] < before["shares"]["wait"] / 2, after
+    # Read in parallel and ahead, the loop hardly waits: six steps take far less time, and
+    # wait far less of it, on the one time scale. (Their share of the after window is not the
+    # measure: six steps there span a few milliseconds, where one late wake-up of the
+    # reading thread is a third of it; a quiet fresh clone's run read 0.46 of 6 ms once.)
+    waited_before = before["shares"]["wait"] * before["span"]
+    assert after["shares"]["wait"] * after["span"] < waited_before / 2, (before, after)
     assert after["span"] < before["span"] / 2, (before["span"], after["span"])
     svg = ip.user_ns["fast"].to_html(full_page=False)
     drawn = re.findall(r'<svg class="tfdiag-timeline".*?</svg>', svg, re.S)

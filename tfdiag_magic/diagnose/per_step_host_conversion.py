@@ -48,18 +48,17 @@ once, and iterate it (or pass it to `fit`).
 At least 20 training steps, 80% of them given NumPy arrays. Silent where converting a step's
 bytes as one array (timed after the run) is under 0.5% of the median of at least 20 steady
 steps (those that traced left out: a step slow from retracing hides its conversions until that
-is fixed) and the loop spends
-under a tenth of its time outside its steps: there is nothing to gain (a reinforcement-learning
-loop converting its observations, a few hundred bytes a step made one at a time from the model's
-own actions, read 0.03% and 0.5%). It is a warning when the loop's
-time outside its steps is at least 10% of the loop, or TensorFlow has a GPU (every conversion
-is then a transfer); an info note otherwise.
+is fixed) and the loop spends under a tenth of its time outside its steps: there is nothing to
+gain (a reinforcement-learning loop converting its observations, a few hundred bytes a step
+made one at a time from the model's own actions, read 0.03% and 0.5%). It is a warning when the
+loop's time outside its steps is at least 10% of the loop, or TensorFlow has a GPU (every
+conversion is then a transfer); an info note otherwise.
 """
 
 MIN_STEPS = 20
 MIN_SHARE = 0.8
 MIN_OUTSIDE_SHARE = 0.1
-# Converting a step's arrays, measured after the run, against the median step: under this
+# Converting a step's arrays, measured after the run, against the median steady step: under this
 # share there is nothing to gain. A reinforcement-learning loop's observations (416 B a step,
 # made one at a time from the model's own actions) cost 43 µs against 145 ms steps, 0.03%;
 # NumPy batches of 4-9 KiB before 0.7-1.7 ms steps cost 2.6-6.8% (a 2-vCPU EPYC).

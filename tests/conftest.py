@@ -66,6 +66,36 @@ def ip(shell):
     return shell
 
 
+def _gradient_registry() -> dict | None:
+    """TensorFlow's global table of gradient functions by op type (None where this TensorFlow
+    keeps it elsewhere: the clean-up below is then skipped, and the suite is only slower)."""
+    from tensorflow.python.framework import ops
+
+    table = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
+    return table if isinstance(table, dict) else None
+
+
+@pytest.fixture(autouse=True)
+def _drop_the_tests_custom_gradients():
+    """Drop the gradient functions a test's tracing added to TensorFlow's global registry.
+
+    Each trace of a Keras train step registers a `CustomGradient-<uid>` function (Keras'
+    optimizer sums its gradients through `tf.custom_gradient`), and the function holds the
+    traced graph: about 6,000 objects a `fit`, kept for the process's life. Over a worker's
+    hundreds of tests they grew the heap past a million objects, and every full garbage
+    collection (each shell reset runs one) walked them all: 14 % of a module run's time. Only
+    the entries added during the test go; they are looked up while their own graph is traced
+    and differentiated, which has happened by the test's end.
+    """
+    table = _gradient_registry()
+    known = len(table) if table is not None else 0
+    yield
+    if table is not None:
+        for name in list(table)[known:]:
+            if name.startswith("CustomGradient-"):
+                del table[name]
+
+
 @pytest.fixture
 def python() -> str:
     return sys.executable

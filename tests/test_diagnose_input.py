@@ -303,7 +303,11 @@ def test_input_bound_each_epoch_redoes_the_map_before_its_shuffle(tab):
     assert ev["share_of_training"] >= ev["least_share_of_an_epoch"]
     assert ev["first_step_excess_s"] >= 0.2
     assert f.rewrite is not None
-    assert ".map(encode, num_parallel_calls=tf.data.AUTOTUNE).cache().shuffle(2048)" in f.rewrite
+    # The cache is the fix. tf.data already runs this map in parallel itself (its function
+    # holds no state, and a shuffle, not a batch, follows it): no `num_parallel_calls` asked.
+    assert ".map(encode).cache().shuffle(2048)" in f.rewrite
+    assert ev["pipeline"]["one_at_a_time"] == []
+    assert "tf.data's own rewrite parallelises it" in f.detail
 
 
 def test_no_input_bound_when_the_encoded_rows_are_cached(tab):
@@ -710,9 +714,13 @@ def test_maps_the_library_made_are_not_named_as_the_codes_to_parallelise(ip):
         return v * 2
 
     # `sample_from_datasets` adds a map of its own (`select_dataset_constant_logits`); a
-    # library function the code maps itself stays the code's.
+    # library function the code maps itself stays the code's. (Each map is batched right
+    # after: tf.data then fuses the two and keeps the map serial.)
     mixed = tf.data.Dataset.sample_from_datasets(
-        [tf.data.Dataset.range(8).map(scale), tf.data.Dataset.range(8).map(tf.math.negative)],
+        [
+            tf.data.Dataset.range(8).map(scale).batch(2),
+            tf.data.Dataset.range(8).map(tf.math.negative).batch(2),
+        ],
         seed=1,
     )
     rec = Recorder()
@@ -723,6 +731,70 @@ def test_maps_the_library_made_are_not_named_as_the_codes_to_parallelise(ip):
     assert not by_function["scale"].library and not by_function["neg"].library
     assert sequential(structure) == (("map", "neg"), ("map", "scale"))
     assert "`select_dataset_constant_logits`, made by the library" in where(structure)
+
+
+def test_the_maps_read_as_serial_are_the_ones_tf_datas_runtime_runs_serially(ip):
+    """tf.data rewrites a `map` left serial into a parallel one when its function holds no
+    state (`map_parallelization`), unless the `batch` right after it is fused with it
+    (`map_and_batch_fusion`), or the dataset's options turn the rewrite off. What the
+    structure calls serial must be what the iterator's own runtime model runs one element at a
+    time, in each of these pipelines."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfdiag_magic.probes.dataset_structure import read_stages
+
+    def runtime_serial(dataset) -> int:
+        iterator = iter(dataset)
+        next(iterator)
+        model = tf.data.experimental.get_model_proto(iterator)
+        serial = 0
+        for node in model.nodes.values():
+            parallelism = [p.value for p in node.parameters if p.name == "parallelism"]
+            if node.name in ("Map", "MapAndBatch") and parallelism in ([], [1.0]):
+                serial += 1
+        return serial
+
+    def read_serial(dataset) -> int:
+        stages, _ = read_stages(dataset)
+        return sum(
+            1 for s in stages if s.kind == "MapDataset" and not (s.parallel or s.auto_parallel)
+        )
+
+    def double(x):
+        return x * 2
+
+    def noisy(x):
+        return tf.cast(x, tf.float32) + tf.random.uniform(())
+
+    rows = tf.data.Dataset.range(64)
+    no_rewrite = tf.data.Options()
+    no_rewrite.experimental_optimization.map_parallelization = False
+    no_fusion = tf.data.Options()
+    no_fusion.experimental_optimization.map_and_batch_fusion = False
+    no_defaults = tf.data.Options()
+    no_defaults.experimental_optimization.apply_default_optimizations = False
+    keras_windows = keras.utils.timeseries_dataset_from_array(
+        np.zeros((200, 3), "float32"), None, sequence_length=8, batch_size=4
+    )
+    pipelines = {
+        "map": (rows.map(double), 0),
+        "map, batch": (rows.map(double).batch(4), 1),
+        "batch, map": (rows.batch(4).map(double), 0),
+        "map, shuffle": (rows.map(double).shuffle(8), 0),
+        "map, padded_batch": (rows.map(double).padded_batch(4), 0),
+        "random map": (rows.map(noisy), 1),
+        "py_function": (rows.map(lambda x: tf.py_function(double, [x], tf.int64)), 1),
+        "rewrite off": (rows.map(double).with_options(no_rewrite), 1),
+        "fusion off": (rows.map(double).batch(4).with_options(no_fusion), 0),
+        "defaults off": (rows.map(double).with_options(no_defaults), 1),
+        "two maps, batch": (rows.map(double).map(double).batch(4), 1),
+        "keras windows": (keras_windows.map(double), 0),
+    }
+    for name, (dataset, serial) in pipelines.items():
+        assert runtime_serial(dataset) == serial, name  # the runtime model's count
+        assert read_serial(dataset) == serial, name
 
 
 def recorded_fit(*stages):

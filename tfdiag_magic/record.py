@@ -286,6 +286,10 @@ class DatasetStage:
     branch: bool = False  # below a stage with several inputs (zip, concatenate...)
     function: str = ""  # the user's function it runs (map, interleave...): "load", "lambda"
     parallel: bool = False  # asked to run on several threads (num_parallel_calls, reads)
+    # A map the code left one element at a time that tf.data's own rewrite runs in parallel
+    # (`map_parallelization`, on by default, for a function that holds no state, unless the
+    # map is fused with the `batch` right after it: `map_and_batch_fusion` keeps it serial).
+    auto_parallel: bool = False
     stateful: bool = False  # its function holds state: TensorFlow never parallelises it itself
     python: bool = False  # its function runs Python: tf.py_function, numpy_function, generator
     random: bool = False  # its function draws random numbers (an augmentation)

@@ -76,7 +76,11 @@ def sequential(structure: DatasetStructure) -> tuple[tuple[str, str], ...]:
     found = {
         (_SEQUENTIAL[s.kind], s.function)
         for s in structure.stages
-        if s.kind in _SEQUENTIAL and not s.parallel and s.function and not s.library
+        if s.kind in _SEQUENTIAL
+        and not s.parallel
+        and not s.auto_parallel
+        and s.function
+        and not s.library
     }
     return tuple(sorted(found))
 
@@ -106,7 +110,12 @@ def _describe(stage: DatasetStage) -> str:
         name = "of a lambda" if stage.function in ("", "lambda") else f"`{stage.function}`"
         if stage.library:
             name += ", made by the library"
-        parts = ["in parallel" if stage.parallel else "one element at a time"]
+        if stage.parallel:
+            parts = ["in parallel"]
+        elif stage.auto_parallel:
+            parts = ["in parallel: tf.data's own rewrite parallelises it"]
+        else:
+            parts = ["one element at a time"]
         if stage.python:
             parts.append("runs Python through `tf.py_function`/`numpy_function`")
         if stage.reads_files:
@@ -135,7 +144,9 @@ def where(structure: DatasetStructure) -> str:
         to_file = any(s.to_file for s in structure.stages if s.kind == "CacheDataset")
         done.append("caches " + ("to a file" if to_file else "in memory"))
     maps = [s for s in structure.stages if s.kind in _FUNCTION_KINDS and s.kind != "FilterDataset"]
-    if maps and not any(s.kind in _SEQUENTIAL and not s.parallel for s in maps):
+    if maps and not any(
+        s.kind in _SEQUENTIAL and not s.parallel and not s.auto_parallel for s in maps
+    ):
         done.append("maps in parallel")
     sentence = "Its work: " + "; ".join(work) + "." if work else "No stage of it maps or reads."
     if done:

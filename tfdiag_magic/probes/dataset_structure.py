@@ -11,6 +11,7 @@ serialised (`DatasetToGraphV2` would copy the arrays a `from_tensor_slices` hold
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -172,21 +173,56 @@ def read_stages(dataset: Any) -> tuple[tuple[DatasetStage, ...], bool]:
     """The stages of `dataset`, from its output towards its sources, depth first, and whether
     all were read."""
     stages: list[DatasetStage] = []
-    stack: list[tuple[Any, int, bool]] = [(dataset, 0, False)]
+    rewrites = _default_rewrites(dataset)
+    # (dataset, depth, below a stage with several inputs, the kind of the stage it feeds)
+    stack: list[tuple[Any, int, bool, str]] = [(dataset, 0, False, "")]
     complete = True
     while stack:
         if len(stages) >= MAX_STAGES:
             return tuple(stages), False
-        current, depth, branch = stack.pop()
-        stages.append(_stage(current, depth, branch))
+        current, depth, branch, consumer = stack.pop()
+        stage = _stage(current, depth, branch)
+        if _parallelised_by_tf_data(stage, consumer, rewrites):
+            stage = dataclasses.replace(stage, auto_parallel=True)
+        stages.append(stage)
         try:
             inputs = list(current._inputs())
         except Exception:  # a dataset class that does not say its inputs
             complete = False
             continue
         below = branch or len(inputs) > 1
-        stack.extend((each, depth + 1, below) for each in reversed(inputs))
+        stack.extend((each, depth + 1, below, stage.kind) for each in reversed(inputs))
     return tuple(stages), complete
+
+
+def _default_rewrites(dataset: Any) -> frozenset[str]:
+    """Which of tf.data's own rewrites that change how a map runs are on for `dataset`
+    (`map_parallelization`, `map_and_batch_fusion`): both are on unless its options turn them
+    off, or turn the default rewrites off without asking for them."""
+    on = {"map_parallelization", "map_and_batch_fusion"}
+    try:
+        optimization = dataset.options().experimental_optimization
+    except Exception:
+        return frozenset(on)
+    defaults = optimization.apply_default_optimizations is not False
+    return frozenset(
+        name
+        for name in on
+        if getattr(optimization, name, None) is True
+        or (getattr(optimization, name, None) is None and defaults)
+    )
+
+
+def _parallelised_by_tf_data(stage: DatasetStage, consumer: str, rewrites: frozenset[str]) -> bool:
+    """Whether tf.data runs this serial map in parallel itself: `map_parallelization` rewrites
+    a `map` whose function holds no state into a parallel one (autotuned, in order), but
+    `map_and_batch_fusion` fuses a `map` followed by `batch` first, keeping its one call at a
+    time (both read from TensorFlow's runtime model of such pipelines)."""
+    if stage.kind != "MapDataset" or stage.parallel or stage.stateful or stage.python:
+        return False
+    if "map_parallelization" not in rewrites:
+        return False
+    return not (consumer == "BatchDataset" and "map_and_batch_fusion" in rewrites)
 
 
 def _stage(dataset: Any, depth: int, branch: bool) -> DatasetStage:

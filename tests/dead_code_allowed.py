@@ -38,3 +38,6 @@ _.f_trace_opcodes
 _.f_trace_lines
 # benchmarks/nvml_sampler_cpu.py: a stand-in package's path, read by the import system.
 _.__path__
+# tests/test_diagnose_input.py sets tf.data's optimisation options, which TensorFlow reads.
+_.map_parallelization
+_.map_and_batch_fusion

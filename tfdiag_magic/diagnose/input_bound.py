@@ -70,9 +70,11 @@ batch. Typical causes: a Python generator or `tf.py_function` doing the preproce
 `map` without `num_parallel_calls`, reading files serially, no `prefetch` with a generator,
 heavy per-element Python. tf.data runs on the host's CPU threads, not on the GPU, in parallel
 when asked to (`num_parallel_calls`), and overlaps with training when it prefetches. (Recent
-TensorFlow releases, 2.21 here, add a final prefetch and parallelise stateless `map`
-functions by default, so a missing `.prefetch()` matters mostly with generators and
-`py_function`.)
+TensorFlow releases, 2.21 here, add a final prefetch after a last stage that is synchronous,
+and parallelise a `map` whose function holds no state by default, except where the `batch`
+right after it is fused with it: `map(f).batch(n)` stays one element at a time, as do
+`py_function` and random maps. The finding reads these rewrites too, and asks
+`num_parallel_calls` only of the maps that still run serially.)
 
 ## Evidence we show
 The share of training time spent waiting for input, the waits' total, the share it fires at,

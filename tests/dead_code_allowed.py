@@ -41,3 +41,4 @@ _.__path__
 # tests/test_diagnose_input.py sets tf.data's optimisation options, which TensorFlow reads.
 _.map_parallelization
 _.map_and_batch_fusion
+_.inject_prefetch

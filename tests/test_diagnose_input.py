@@ -797,6 +797,53 @@ def test_the_maps_read_as_serial_are_the_ones_tf_datas_runtime_runs_serially(ip)
         assert read_serial(dataset) == serial, name
 
 
+def test_the_prefetch_tf_data_adds_itself_is_read_where_its_runtime_adds_it(ip):
+    """tf.data follows a pipeline's last stage with a prefetch of its own where that stage runs
+    synchronously (`inject_prefetch`): not after a parallel map, a map it parallelises itself,
+    a `batch` fused with the map before it, or a parallel interleave. The structure must mark
+    it where the iterator's runtime model has it, in each of these pipelines."""
+    import tensorflow as tf
+
+    from tfdiag_magic.probes.dataset_structure import read_stages
+
+    def runtime_prefetched(dataset) -> bool:
+        iterator = iter(dataset)
+        next(iterator)
+        model = tf.data.experimental.get_model_proto(iterator)
+        return model.nodes[model.nodes[model.output].inputs[0]].name == "Prefetch"
+
+    def double(x):
+        return x * 2
+
+    def noisy(x):
+        return tf.cast(x, tf.float32) + tf.random.uniform(())
+
+    def three(x):
+        return tf.data.Dataset.range(3)
+
+    rows = tf.data.Dataset.range(64)
+    no_inject = tf.data.Options()
+    no_inject.experimental_optimization.inject_prefetch = False
+    pipelines = {
+        "batch": (rows.batch(4), True),
+        "shuffle": (rows.shuffle(8), True),
+        "cache": (rows.map(double).cache(), True),
+        "random map": (rows.map(noisy), True),
+        "batch, random map": (rows.batch(4).map(noisy), True),
+        "interleave": (rows.interleave(three), True),
+        "map": (rows.map(double), False),
+        "map, batch": (rows.map(double).batch(4), False),
+        "random map, batch": (rows.map(noisy).batch(4), False),
+        "parallel map, batch": (rows.map(double, num_parallel_calls=2).batch(4), False),
+        "parallel interleave": (rows.interleave(three, num_parallel_calls=2), False),
+        "option off": (rows.batch(4).with_options(no_inject), False),
+    }
+    for name, (dataset, added) in pipelines.items():
+        assert runtime_prefetched(dataset) is added, name  # the runtime model's last stage
+        stages, _ = read_stages(dataset)
+        assert any(s.auto_prefetch for s in stages) is added, name
+
+
 def recorded_fit(*stages):
     """A recorded fit on a tf.data dataset whose steps waited 2/3 of the time, with what the
     run read of the dataset (as a session writes them)."""

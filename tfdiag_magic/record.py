@@ -290,6 +290,9 @@ class DatasetStage:
     # (`map_parallelization`, on by default, for a function that holds no state, unless the
     # map is fused with the `batch` right after it: `map_and_batch_fusion` keeps it serial).
     auto_parallel: bool = False
+    # The pipeline's output stage, which tf.data follows with a prefetch of its own
+    # (`inject_prefetch`, on by default, after a last stage that runs synchronously).
+    auto_prefetch: bool = False
     stateful: bool = False  # its function holds state: TensorFlow never parallelises it itself
     python: bool = False  # its function runs Python: tf.py_function, numpy_function, generator
     random: bool = False  # its function draws random numbers (an augmentation)

@@ -57,7 +57,14 @@ def output_path(structure: DatasetStructure) -> list[DatasetStage]:
 def prefetched(structure: DatasetStructure) -> bool:
     """A prefetch follows the pipeline's last stage that does work: the next batch is made
     while the step runs (Keras' ``timeseries_dataset_from_array`` and
-    ``image_dataset_from_directory`` prefetch, then only batch or shuffle)."""
+    ``image_dataset_from_directory`` prefetch, then only batch or shuffle), or tf.data adds
+    one itself after the pipeline's synchronous last stage."""
+    return prefetched_by_the_code(structure) or any(s.auto_prefetch for s in structure.stages)
+
+
+def prefetched_by_the_code(structure: DatasetStructure) -> bool:
+    """A `prefetch` of the code's (or a Keras utility's) follows the last stage that does
+    work, leaving out the one tf.data adds itself after a synchronous last stage."""
     for stage in output_path(structure):
         if stage.kind == "PrefetchDataset":
             return True
@@ -139,7 +146,8 @@ def where(structure: DatasetStructure) -> str:
     work = [f"{n} × {text}" if n > 1 else text for text, n in counts.items()]
     done = []
     if prefetched(structure):
-        done.append("prefetches")
+        added = not prefetched_by_the_code(structure)
+        done.append("prefetches" + (" (a prefetch tf.data adds itself)" if added else ""))
     if cached(structure):
         to_file = any(s.to_file for s in structure.stages if s.kind == "CacheDataset")
         done.append("caches " + ("to a file" if to_file else "in memory"))

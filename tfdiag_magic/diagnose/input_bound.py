@@ -73,8 +73,9 @@ when asked to (`num_parallel_calls`), and overlaps with training when it prefetc
 TensorFlow releases, 2.21 here, add a final prefetch after a last stage that is synchronous,
 and parallelise a `map` whose function holds no state by default, except where the `batch`
 right after it is fused with it: `map(f).batch(n)` stays one element at a time, as do
-`py_function` and random maps. The finding reads these rewrites too, and asks
-`num_parallel_calls` only of the maps that still run serially.)
+`py_function` and random maps. The finding reads these rewrites too: it asks
+`num_parallel_calls` only of the maps that still run serially, and a `prefetch` only where
+tf.data adds none: after a parallel map, a fused map and batch, or a parallel interleave.)
 
 ## Evidence we show
 The share of training time spent waiting for input, the waits' total, the share it fires at,

@@ -192,14 +192,62 @@ def read_stages(dataset: Any) -> tuple[tuple[DatasetStage, ...], bool]:
             continue
         below = branch or len(inputs) > 1
         stack.extend((each, depth + 1, below, stage.kind) for each in reversed(inputs))
+    last = _last_stage(stages)
+    if last is not None and _prefetched_by_tf_data(stages, last, rewrites):
+        stages[last] = dataclasses.replace(stages[last], auto_prefetch=True)
     return tuple(stages), complete
 
 
+# Stages tf.data runs ahead of their consumer on threads of their own: no prefetch is added
+# after them.
+_ASYNCHRONOUS = frozenset(
+    {
+        "PrefetchDataset",
+        "ParallelMapDataset",
+        "ParallelInterleaveDataset",
+        "ParallelBatchDataset",
+        "MapAndBatchDataset",
+    }
+)
+# Stages that only carry options: the pipeline's last stage is the one below them.
+_OPTIONS_ONLY = frozenset({"OptionsDataset"})
+
+
+def _last_stage(stages: list[DatasetStage]) -> int | None:
+    """The index of the pipeline's last stage that runs (options left out), if read."""
+    for index, stage in enumerate(stages):
+        if stage.depth != index:
+            return None
+        if stage.kind not in _OPTIONS_ONLY:
+            return index
+    return None
+
+
+def _prefetched_by_tf_data(stages: list[DatasetStage], last: int, rewrites: frozenset[str]) -> bool:
+    """Whether tf.data follows the pipeline's last stage with a prefetch of its own
+    (`inject_prefetch`): where that stage runs synchronously, that is not a prefetch, a parallel
+    stage, a map it parallelises itself, or a `batch` it fuses with the map before it."""
+    if "inject_prefetch" not in rewrites:
+        return False
+    stage = stages[last]
+    if stage.kind in _ASYNCHRONOUS or stage.auto_parallel:
+        return False
+    below = stages[last + 1] if last + 1 < len(stages) else None
+    fused = (
+        stage.kind == "BatchDataset"
+        and below is not None
+        and below.depth == stage.depth + 1
+        and below.kind in ("MapDataset", "ParallelMapDataset")
+        and "map_and_batch_fusion" in rewrites
+    )
+    return not fused
+
+
 def _default_rewrites(dataset: Any) -> frozenset[str]:
-    """Which of tf.data's own rewrites that change how a map runs are on for `dataset`
-    (`map_parallelization`, `map_and_batch_fusion`): both are on unless its options turn them
-    off, or turn the default rewrites off without asking for them."""
-    on = {"map_parallelization", "map_and_batch_fusion"}
+    """Which of tf.data's own rewrites that change how a map runs or add a prefetch are on for
+    `dataset` (`map_parallelization`, `map_and_batch_fusion`, `inject_prefetch`): each is on
+    unless its options turn it off, or turn the default rewrites off without asking for it."""
+    on = {"map_parallelization", "map_and_batch_fusion", "inject_prefetch"}
     try:
         optimization = dataset.options().experimental_optimization
     except Exception:

@@ -659,7 +659,14 @@ def test_input_bound_windowed_time_series_that_keras_prefetches(feats):
     assert f.rewrite is None
     # Keras' own maps: named as the library's, and nothing asked of them.
     assert "4 × map of a lambda, made by the library (in parallel)" in f.detail
-    assert f.fix.startswith("Nothing is left to add")
+    # Their work, from the runtime model: nearly all of it (84% here; the rest is the
+    # pipeline's buffers), each map's 64 windows a batch.
+    work = ev["stage_work"]
+    assert work[0]["library"] and work[0]["elements_per_batch"] == 64
+    assert ev["library_share_of_work"] >= 0.5
+    assert "in map of a lambda, made by the library (in parallel), 64 elements of" in f.detail
+    assert "maps the library made itself" in f.fix
+    assert "Nothing is left to add to the pipeline's options" in f.fix
 
 
 def test_dataset_structure_is_read_without_taking_an_element(ip):
@@ -896,6 +903,60 @@ def test_input_bound_on_a_recorded_run_says_what_the_dataset_lacks_without_the_c
     quiet = recorded_fit(batch, serial, source)
     quiet.keras_calls[0].input_wait = 0.4  # 27% of the measured time: the silent band
     assert input_bound.check(quiet, None) is None
+
+
+def test_input_bound_names_where_the_pipelines_work_goes_from_its_runtime_model():
+    """The runtime model's stages, per batch, the most first, with each map named by its
+    function where the runtime's maps and the pipeline's are as many; where most of the work is
+    in maps the library made, the fix says the code's options cannot reach it."""
+    from tfdiag_magic.diagnose import input_bound
+    from tfdiag_magic.record import DatasetStage, InputStageWork
+
+    # The code's `split` maps batches a library utility made from windows (two maps of its own).
+    split = DatasetStage("MapDataset", 0, function="split", auto_parallel=True)
+    batch = DatasetStage("BatchDataset", 1)
+    windows = DatasetStage("ParallelMapDataset", 2, function="lambda", parallel=True, library=True)
+    zipped = DatasetStage("ZipDataset", 3)
+    starts = DatasetStage("ParallelMapDataset", 4, True, "lambda", parallel=True, library=True)
+    source = DatasetStage("RangeDataset", 5, True)
+    record = recorded_fit(split, batch, windows, zipped, starts, source)
+    record.keras_calls[0].input_stages = (
+        InputStageWork("Root", 0, 100, 0.001),
+        InputStageWork("ParallelMapV2", 1, 100, 0.02, 2.0),  # split: 200 µs a batch
+        InputStageWork("BatchV2", 2, 100, 0.01),
+        InputStageWork("ParallelMapV2", 3, 3200, 0.32, 2.0),  # windows: 100 µs each
+        InputStageWork("Zip", 4, 3200, 0.005),
+        InputStageWork("ParallelMapV2", 5, 3200, 0.16, 2.0),
+        InputStageWork("Range", 5, 3200, 0.0),
+    )
+    f = input_bound.check(record, None)
+    assert f is not None
+    work = f.evidence["stage_work"]
+    assert [row["s_per_batch"] for row in work] == [0.0032, 0.0016, 0.0002, 0.0001, 5e-05]
+    assert work[0]["made_as"].startswith("map of a lambda, made by the library")
+    assert work[0]["elements_per_batch"] == 32 and work[0]["s_per_element"] == 0.0001
+    assert work[2]["made_as"].startswith("map `split`") and not work[2]["library"]
+    assert f.evidence["stage_work_s_per_batch"] == 0.00515
+    assert f.evidence["library_share_of_work"] == round(0.0048 / 0.00515, 3)
+    assert "measured its stages' own work at 5.15 ms a batch over its last 100 batches" in f.detail
+    assert "3.20 ms (62%) in map of a lambda, made by the library" in f.detail
+    assert "no option of the code's own maps reaches" in f.fix
+
+    # The code's own map does most of the work: no word about the library's.
+    record.keras_calls[0].input_stages = (
+        InputStageWork("Root", 0, 100, 0.001),
+        InputStageWork("ParallelMapV2", 1, 100, 0.5, 2.0),
+        *record.keras_calls[0].input_stages[2:],
+    )
+    f = input_bound.check(record, None)
+    assert f.evidence["stage_work"][0]["made_as"].startswith("map `split`")
+    assert "no option of the code's own maps reaches" not in f.fix
+
+    # Maps that do not pair up (a map fewer at runtime): tf.data's names alone.
+    record.keras_calls[0].input_stages = record.keras_calls[0].input_stages[:4]
+    f = input_bound.check(record, None)
+    assert all(row["made_as"] == "" for row in f.evidence["stage_work"])
+    assert f.evidence["library_share_of_work"] == 0
 
 
 SLOW_PYDATASET = """

@@ -201,6 +201,18 @@ class LoopInfo:
     cpu_seconds: float = -1.0
 
 
+@dataclass(frozen=True)
+class InputStageWork:
+    """One stage of a tf.data iterator as the iterator's own runtime (autotune) model measured
+    it: what tf.data ran after its own rewrites (a fused map and batch is one `MapAndBatch`)."""
+
+    name: str  # tf.data's runtime name: "Root", "ParallelMapV2", "MapAndBatch", "Shuffle"...
+    depth: int  # stages between it and the iterator (0: the root, whose elements are batches)
+    elements: int  # elements it produced
+    seconds: float  # its own processing time, its inputs' left out, summed over its threads
+    parallelism: float = 0.0  # its autotuned parallelism; 0: not a parallel stage
+
+
 @dataclass(slots=True)  # slots: a run keeps up to KERAS_CALLS_KEPT of them (see recorder)
 class KerasCall:
     """A Keras API call the cell made itself (fit, evaluate, predict, compile)."""
@@ -231,6 +243,9 @@ class KerasCall:
     first_epoch_wait: float = float("nan")
     first_epoch_span: float = 0.0
     first_epoch_elements: int = 0
+    # The stages of the last iterator measured, as its runtime model last read them (the
+    # root first, then depth first from the output towards the sources); () if not read.
+    input_stages: tuple[InputStageWork, ...] = ()
 
 
 @dataclass(slots=True)

@@ -109,7 +109,7 @@ def rewrite_facts(structure: DatasetStructure | None) -> dict[str, Any]:
     }
 
 
-def _describe(stage: DatasetStage) -> str:
+def describe_stage(stage: DatasetStage) -> str:
     method = _FUNCTION_KINDS.get(stage.kind, "")
     if stage.function == "from_generator":
         return "a Python generator (`Dataset.from_generator`), one element at a time"
@@ -140,7 +140,7 @@ def where(structure: DatasetStructure) -> str:
     """Where the pipeline's work is, and what it already does, in a sentence or two."""
     counts: dict[str, int] = {}
     for stage in sorted(structure.stages, key=lambda s: -s.depth):  # from the sources out
-        text = _describe(stage)
+        text = describe_stage(stage)
         if text:
             counts[text] = counts.get(text, 0) + 1
     work = [f"{n} × {text}" if n > 1 else text for text, n in counts.items()]

@@ -27,6 +27,7 @@ from .evidence import (
     training_rows,
     with_rewrite,
 )
+from .stage_work import library_share, stage_work, work_evidence, work_sentence
 
 CODE = "input-bound"
 TITLE = "Training waits for its input"
@@ -146,6 +147,12 @@ MIN_REPEATS = 2  # epochs after the first whose first step shows the repeated wo
 # augmentation sharing the 2 CPUs with a conv step waited 0-23% (notebook 03), a wait that no
 # pipeline option removes on two cores. MIN_SHARE (30%) keeps that out, with a wide margin on
 # both sides.
+
+
+# A share of the measured pipeline work in the library's own maps past which the fix says
+# that the code's options cannot reach it.
+MOST_OF_THE_WORK = 0.5
+NOTHING_TO_ADD = "Nothing is left to add to the pipeline's options"
 
 
 def check(record: Record, source: str | None) -> Finding | None:
@@ -456,7 +463,29 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=sum(found[2] for found in slow_calls),
     )
-    return _with_pipeline(finding, source, structure_of_call(record, call))
+    structure = structure_of_call(record, call)
+    finding = _with_pipeline(finding, source, structure)
+    work = stage_work(call.input_stages, structure)
+    if work:
+        batches = call.input_stages[0].elements
+        evidence.update(work_evidence(work, batches))
+        finding.detail += " " + work_sentence(work, batches)
+        library = library_share(work)
+        evidence["library_share_of_work"] = rounded(library, 3)
+        if library >= MOST_OF_THE_WORK:
+            why = (
+                f"{library:.0%} of the pipeline's measured work is in maps the library made"
+                " itself (a utility such as `timeseries_dataset_from_array`), which no option"
+                " of the code's own maps reaches"
+            )
+            if finding.fix.startswith(NOTHING_TO_ADD):
+                finding.fix = why + ". " + finding.fix
+            else:
+                finding.fix = (
+                    why + ": make those elements another way (vectorised, in a map after"
+                    " `batch`), or once, ahead of training. " + finding.fix
+                )
+    return finding
 
 
 def _function_iterator(record: Record, source: str | None) -> Finding | None:
@@ -629,8 +658,6 @@ def _with_pipeline(
                 "Where the dataset is built, it lacks " + "; ".join(lacks) + ". " + finding.fix
             )
         elif new_source is None:
-            finding.fix = (
-                "Nothing is left to add to the pipeline's options: the time goes to the work of"
-                " its elements. " + by_hand(structure)
-            )
+            elements = ": the time goes to the work of its elements. "
+            finding.fix = NOTHING_TO_ADD + elements + by_hand(structure)
     return with_rewrite(finding, source, new_source)

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..record import InputStageWork
+
 # A gap the tf.data model drops (>= 10 s, tensorflow/core/framework/model.cc) would shift the
 # window: a training cycle this long ends a measured segment instead.
 _LONGEST_CYCLE_S = 5.0
@@ -73,6 +75,8 @@ class InputWaitMeter:
         # (steps done, wait, span) after each read of the model, the first _SERIES_KEPT reads:
         # where along the run the waits fell
         self.series: list[tuple[int, float, float]] = []
+        # The last runtime model read whole (a proto; its times add up over an iterator's life)
+        self._model: Any = None
 
     def begin(self, iterator: Any) -> None:
         """A training step is about to run on `iterator` (a new one starts a new measure)."""
@@ -164,6 +168,10 @@ class InputWaitMeter:
         except Exception:  # autotune off for this dataset, or an iterator of another kind
             self._owned = None
             return
+        # An iterator that ran out has dropped its inputs' nodes from its model: a model
+        # with fewer nodes than the one kept is not kept.
+        if self._model is None or len(model.nodes) >= len(self._model.nodes):
+            self._model = model
         # The elements the iterator handed out must be the steps' own, less the few taken
         # before the first measured step (a batch peeked at to build the model): a step that
         # takes two (a GAN's two batches, a Python next() in the loop besides) would line the
@@ -199,6 +207,40 @@ class InputWaitMeter:
         self.elements += count
         if len(self.series) < _SERIES_KEPT:
             self.series.append((self.steps, self.wait, self.span))
+
+    def stage_work(self) -> tuple[InputStageWork, ...]:
+        """The stages of the last iterator read, as its runtime model measured them (after the
+        run: the model is turned into facts once)."""
+        return stage_work(self._model) if self._model is not None else ()
+
+
+_MOST_STAGES = 64
+
+
+def stage_work(model: Any) -> tuple[InputStageWork, ...]:
+    """The nodes of a tf.data runtime model (`get_model_proto`), the root first, then depth
+    first from the output towards the sources, inputs in order; () if it cannot be read."""
+    try:
+        nodes = model.nodes
+        found: list[InputStageWork] = []
+        stack = [(model.output, 0)]
+        while stack and len(found) < _MOST_STAGES:
+            key, depth = stack.pop()
+            node = nodes[key]
+            parallelism = [p.value for p in node.parameters if p.name == "parallelism"]
+            found.append(
+                InputStageWork(
+                    name=str(node.name),
+                    depth=depth,
+                    elements=int(node.num_elements),
+                    seconds=float(node.processing_time) * 1e-9,
+                    parallelism=float(parallelism[0]) if parallelism else 0.0,
+                )
+            )
+            stack.extend((each, depth + 1) for each in reversed(node.inputs))
+        return tuple(found)
+    except Exception:
+        return ()
 
 
 def _weak(value: Any) -> Any:

@@ -357,6 +357,7 @@ class KerasProbe:
                 input_wait=meter.wait if meter is not None and meter.elements else NAN,
                 input_span=meter.span if meter is not None else 0.0,
                 input_elements=meter.elements if meter is not None else 0,
+                input_stages=meter.stage_work() if meter is not None else (),
                 **_first_epoch_fields(meter),
             )
         )

@@ -498,6 +498,12 @@ def test_input_bound_step_that_reads_the_iterator_it_is_given(feats):
     assert ev["calls_measured"] == 68  # the first two calls are not measured
     assert ev["wait_share"] >= 0.4
     assert "`train_step` takes the iterator" in f.detail
+    # Where its work goes, from the runtime model: the Python map, fused with its batch by
+    # tf.data (no structure is read for an iterator given to a function: tf.data's name only).
+    top = ev["stage_work"][0]
+    assert top["stage"] == "MapAndBatch" and top["made_as"] == ""
+    assert top["elements_per_batch"] == 1 and top["s_per_batch"] > 0
+    assert "%) in `MapAndBatch`" in f.detail
     (stats,) = [s for s in r.record.functions if s.name == "train_step"]
     assert stats.input_series[-1][0] == 70 and stats.input_series[-1][1] == stats.input_wait
 

@@ -144,6 +144,18 @@ class TraceEvent:
     nested: bool
 
 
+@dataclass(frozen=True)
+class InputStageWork:
+    """One stage of a tf.data iterator as the iterator's own runtime (autotune) model measured
+    it: what tf.data ran after its own rewrites (a fused map and batch is one `MapAndBatch`)."""
+
+    name: str  # tf.data's runtime name: "Root", "ParallelMapV2", "MapAndBatch", "Shuffle"...
+    depth: int  # stages between it and the iterator (0: the root, whose elements are batches)
+    elements: int  # elements it produced
+    seconds: float  # its own processing time, its inputs' left out, summed over its threads
+    parallelism: float = 0.0  # its autotuned parallelism; 0: not a parallel stage
+
+
 @dataclass
 class FunctionStats:
     """Calls and tracings of one Python function wrapped by tf.function during the run."""
@@ -166,6 +178,7 @@ class FunctionStats:
     input_span: float = 0.0
     input_elements: int = 0
     input_series: list[tuple[int, float, float]] = field(default_factory=list)
+    input_stages: tuple[InputStageWork, ...] = ()  # as `KerasCall.input_stages`, the first meter's
 
 
 @dataclass
@@ -199,18 +212,6 @@ class LoopInfo:
     # The CPU time of the thread that ran the loop, over its runs that ended: a loop whose
     # bodies sleep or wait for I/O takes little of it. -1: not measured.
     cpu_seconds: float = -1.0
-
-
-@dataclass(frozen=True)
-class InputStageWork:
-    """One stage of a tf.data iterator as the iterator's own runtime (autotune) model measured
-    it: what tf.data ran after its own rewrites (a fused map and batch is one `MapAndBatch`)."""
-
-    name: str  # tf.data's runtime name: "Root", "ParallelMapV2", "MapAndBatch", "Shuffle"...
-    depth: int  # stages between it and the iterator (0: the root, whose elements are batches)
-    elements: int  # elements it produced
-    seconds: float  # its own processing time, its inputs' left out, summed over its threads
-    parallelism: float = 0.0  # its autotuned parallelism; 0: not a parallel stage
 
 
 @dataclass(slots=True)  # slots: a run keeps up to KERAS_CALLS_KEPT of them (see recorder)

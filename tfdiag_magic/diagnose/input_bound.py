@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..findings import Finding
-from ..record import DatasetStructure, Kind, Phase, Record
+from ..record import DatasetStructure, InputStageWork, Kind, Phase, Record
 from ..rewrite import tune_input_pipeline
 from ..units import rate, seconds, share
 from .dataset_facts import (
@@ -465,26 +465,35 @@ def _keras_dataset(record: Record, source: str | None) -> Finding | None:
     )
     structure = structure_of_call(record, call)
     finding = _with_pipeline(finding, source, structure)
-    work = stage_work(call.input_stages, structure)
-    if work:
-        batches = call.input_stages[0].elements
-        evidence.update(work_evidence(work, batches))
-        finding.detail += " " + work_sentence(work, batches)
-        library = library_share(work)
-        evidence["library_share_of_work"] = rounded(library, 3)
-        if library >= MOST_OF_THE_WORK:
-            why = (
-                f"{library:.0%} of the pipeline's measured work is in maps the library made"
-                " itself (a utility such as `timeseries_dataset_from_array`), which no option"
-                " of the code's own maps reaches"
+    return _with_stage_work(finding, call.input_stages, structure)
+
+
+def _with_stage_work(
+    finding: Finding, stages: tuple[InputStageWork, ...], structure: DatasetStructure | None
+) -> Finding:
+    """Add where the pipeline's work goes per batch, from the iterator's runtime model, where
+    it was read; where most of it is in the library's own maps, the fix says so first."""
+    work = stage_work(stages, structure)
+    if not work:
+        return finding
+    batches = stages[0].elements
+    finding.evidence.update(work_evidence(work, batches))
+    finding.detail += " " + work_sentence(work, batches)
+    library = library_share(work)
+    finding.evidence["library_share_of_work"] = rounded(library, 3)
+    if library >= MOST_OF_THE_WORK:
+        why = (
+            f"{library:.0%} of the pipeline's measured work is in maps the library made"
+            " itself (a utility such as `timeseries_dataset_from_array`), which no option"
+            " of the code's own maps reaches"
+        )
+        if finding.fix.startswith(NOTHING_TO_ADD):
+            finding.fix = why + ". " + finding.fix
+        else:
+            finding.fix = (
+                why + ": make those elements another way (vectorised, in a map after"
+                " `batch`), or once, ahead of training. " + finding.fix
             )
-            if finding.fix.startswith(NOTHING_TO_ADD):
-                finding.fix = why + ". " + finding.fix
-            else:
-                finding.fix = (
-                    why + ": make those elements another way (vectorised, in a map after"
-                    " `batch`), or once, ahead of training. " + finding.fix
-                )
     return finding
 
 
@@ -538,6 +547,7 @@ def _function_iterator(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=waited,
     )
+    finding = _with_stage_work(finding, function.input_stages, None)
     return with_rewrite(finding, source, first_rewrite(source, (tune_input_pipeline, {})))
 
 

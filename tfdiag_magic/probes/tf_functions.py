@@ -532,6 +532,7 @@ def _input_measure(entries: list[FunctionEntry]) -> dict[str, Any]:
         "input_span": sum(m.span for m in meters),
         "input_elements": sum(m.elements for m in meters),
         "input_series": list(meters[0].series),
+        "input_stages": meters[0].stage_work(),
     }
 
 

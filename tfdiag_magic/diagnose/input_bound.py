@@ -86,7 +86,11 @@ Keras, the dataset given to `fit`); for per-epoch work, the median first step of
 against the steady step and their excess as a share of the epoch. For a `tf.data` dataset,
 what it is made of (`pipeline`: already prefetched, cached, the maps that run one element at a
 time, the stages that run Python or read files) and, in the text, where its work is: the map
-functions by name, the file reads, the Python.
+functions by name, the file reads, the Python. Where the iterator's runtime model was read
+(`fit` on a dataset, a function given its iterator), each stage's own work per batch
+(`stage_work`: tf.data's name for the stage, the map's function where the runtime's maps and the
+pipeline's pair up, seconds per batch and per element, elements per batch, parallelism), their
+sum, and the share in maps a library utility made (`library_share_of_work`).
 
 ## Fix
 Move the preprocessing into `tf.data` with `map(..., num_parallel_calls=tf.data.AUTOTUNE)`,

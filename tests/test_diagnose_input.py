@@ -5,6 +5,7 @@ per-step-host-conversion, small-batch, slow-callback, gc-pauses."""
 from __future__ import annotations
 
 import gc
+import json
 import random
 
 import numpy as np
@@ -504,6 +505,9 @@ def test_input_bound_step_that_reads_the_iterator_it_is_given(feats):
     assert top["stage"] == "MapAndBatch" and top["made_as"] == ""
     assert top["elements_per_batch"] == 1 and top["s_per_batch"] > 0
     assert "%) in `MapAndBatch`" in f.detail
+    # The JSON report carries the function's stages (a job's workers write it).
+    (reported,) = [s for s in json.loads(r.to_json())["functions"] if s["name"] == "train_step"]
+    assert reported["input_stages"][0]["name"] == "Root"
     (stats,) = [s for s in r.record.functions if s.name == "train_step"]
     assert stats.input_series[-1][0] == 70 and stats.input_series[-1][1] == stats.input_wait
 
@@ -670,7 +674,7 @@ def test_input_bound_windowed_time_series_that_keras_prefetches(feats):
     work = ev["stage_work"]
     assert work[0]["library"] and work[0]["elements_per_batch"] == 64
     assert ev["library_share_of_work"] >= 0.5
-    assert "in map of a lambda, made by the library (in parallel), 64 elements of" in f.detail
+    assert "in a map of a lambda, made by the library (in parallel), 64 elements of" in f.detail
     assert "maps the library made itself" in f.fix
     assert "Nothing is left to add to the pipeline's options" in f.fix
 
@@ -945,7 +949,7 @@ def test_input_bound_names_where_the_pipelines_work_goes_from_its_runtime_model(
     assert f.evidence["stage_work_s_per_batch"] == 0.00515
     assert f.evidence["library_share_of_work"] == round(0.0048 / 0.00515, 3)
     assert "measured its stages' own work at 5.15 ms a batch over its last 100 batches" in f.detail
-    assert "3.20 ms (62%) in map of a lambda, made by the library" in f.detail
+    assert "3.20 ms (62%) in a map of a lambda, made by the library" in f.detail
     assert "no option of the code's own maps reaches" in f.fix
 
     # The code's own map does most of the work: no word about the library's.

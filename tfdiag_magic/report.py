@@ -117,7 +117,12 @@ def build_report(
         "step_series": training_series(record),
         "memory": memory.to_dict(),
         "functions": [
-            {**vars(f), "nested_traces": _nested_traces(record, f.name)} for f in record.functions
+            {
+                **vars(f),
+                "input_stages": [vars(stage).copy() for stage in f.input_stages],
+                "nested_traces": _nested_traces(record, f.name),
+            }
+            for f in record.functions
         ],
         "tracing": {
             "count": sum(1 for t in traces if not t.nested),

@@ -84,7 +84,7 @@ def work_sentence(rows: list[dict[str, Any]], batches: int) -> str:
     named = [row for row in rows[:NAMED_MOST] if row["s_per_batch"] >= MIN_SHARE_NAMED * total]
     parts = []
     for row in named:
-        what = row["made_as"] or f"`{row['stage']}`"
+        what = "a " + row["made_as"] if row["made_as"] else f"`{row['stage']}`"
         per = row["elements_per_batch"]
         each = (
             f", {per:.3g} elements of {seconds(row['s_per_element'])} each"

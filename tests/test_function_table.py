@@ -178,3 +178,30 @@ def test_a_call_that_raised_counts_its_tracing_once(fn_ip, cell, error, calls):
     assert type(result.error_in_exec).__name__ == error
     stats = next(f for f in r.record.functions if f.name in ("step", "checked"))
     assert (stats.calls, stats.traces) == (calls, 1), stats
+
+
+def test_each_tracing_is_marked_as_the_libraries_or_the_codes(fn_ip):
+    """A distributed dataset's iterator traces TensorFlow's own functions (`_init_func`,
+    `_next_func`, ... for each device) at every epoch; no function table holds them, since the
+    code never calls them. Each tracing carries the mark, so that what grows with the code is
+    told from what the library redoes per epoch (progressive-slowdown's causes)."""
+    result, r = profiled(
+        fn_ip,
+        "strategy = tf.distribute.MirroredStrategy(\n"
+        "    ['/cpu:0', '/cpu:1'], cross_device_ops=tf.distribute.ReductionToOneDevice())\n"
+        "with strategy.scope():\n"
+        "    dmodel = small_model()\n"
+        "data = tf.data.Dataset.from_tensor_slices((x, y)).batch(20)\n"
+        "dmodel.fit(data, epochs=3, verbose=0)\n"
+        "@tf.function\n"
+        "def doubled(v):\n"
+        "    return v * 2.0\n"
+        "doubled(tf.constant(1.0))\n",
+    )
+    assert result.success
+    outer = [t for t in r.record.traces if not t.nested]
+    iterators = [t for t in outer if t.function.endswith(("_init_func", "_next_func"))]
+    assert len(iterators) >= 3 * 2 * 2, [t.function for t in outer]  # 3 epochs, 2 devices
+    assert all(t.library for t in iterators)
+    assert [t.library for t in outer if t.function == "doubled"] == [False]
+    assert [t for t in outer if t.function == "multi_step_on_iterator" and t.library]

@@ -142,6 +142,10 @@ class TraceEvent:
     function: str
     signature: str
     nested: bool
+    # The traced Python function is Keras' or TensorFlow's own (`is_keras_internal`): a
+    # distributed dataset's iterator functions, traced for each iterator made, or Keras' train
+    # function; False for the code's own functions, models and methods.
+    library: bool = False
 
 
 @dataclass(frozen=True)

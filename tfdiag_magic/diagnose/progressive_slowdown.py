@@ -53,9 +53,10 @@ slopes between every two of them, times its span, at least a tenth of the whole 
 a rise of 3× or more, no split of the windows (three at least a side) into two such flat parts;
 and the rise costing at least 0.1 s (the time above the early median, summed over the steps).
 When nothing is seen growing alongside the rise (tracings of the code's own functions, not
-Keras' train, test and predict functions' first ones; models built, Keras calls from a loop,
-50 MiB of process memory, a value the code's loops grow and work on whole), the late
-median must be at least 3 times the early one (4.5 times where one half is flat).
+of those Keras and TensorFlow define: Keras' train, test and predict functions, a distributed
+dataset's iterator functions, traced anew for each epoch's iterator; models built, Keras
+calls from a loop, 50 MiB of process memory, a value the code's loops grow and work on
+whole), the late median must be at least 3 times the early one (4.5 times where one half is flat).
 
 Why these: what accumulates per step (a growing tensor, a list stacked every step, a memory
 bank) slows every part of the run, while a busy machine makes steps slower in jumps. Measured
@@ -353,7 +354,11 @@ DATASET_FUNCTION = "Dataset_"  # how TensorFlow names a tf.data transformation's
 def _growing_alongside(record: Record, since: float) -> list[str]:
     notes: list[str] = []
     # Keras' own train, test and predict functions trace once or twice each as they are first
-    # called (a fit's validation, at its first epoch's end): nothing that grows. Nor does a
+    # called (a fit's validation, at its first epoch's end): nothing that grows. Nor do the
+    # functions TensorFlow defines itself: a distributed dataset's iterator (MultiDevice-
+    # Iterator's `_init_func`, `_next_func`, `_finalize_func` and their remote twins) traces
+    # six per device for each epoch's iterator, read as "60 tracings after the rise began"
+    # under a healthy MirroredStrategy `fit` beside a CPU hog. Nor does a
     # tf.data pipeline's function (TensorFlow names them `Dataset_<transformation>_<name>`),
     # traced once per pipeline built: Keras builds three for NumPy arrays at each `fit`'s
     # validation, `evaluate` and `predict`, which read as "6 tracings after the rise began"
@@ -363,6 +368,7 @@ def _growing_alongside(record: Record, since: float) -> list[str]:
         t
         for t in record.traces
         if not t.nested
+        and not t.library
         and t.time >= since
         and not t.function.startswith(DATASET_FUNCTION)
         and not any(same_function(t.function, name) for name in keras_own)

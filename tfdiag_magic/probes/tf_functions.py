@@ -490,6 +490,9 @@ class TFFunctionProbe:
                         function=str(getattr(tracing_options, "name", "?")),
                         signature=_signature(function_type),
                         nested=bool(nested),
+                        library=is_keras_internal(
+                            getattr(tracing_options, "python_function", None)
+                        ),
                     )
                 )
 

@@ -207,6 +207,70 @@ def test_summary_of_the_committed_trace(fixture_trace):
     assert sum(step_split(events, lo, hi).values()) == pytest.approx(1e-6)
 
 
+@pytest.fixture(scope="module")
+def gpu_trace():
+    """Six steps of a small training loop on an NVIDIA H200, traced by JAX's profiler (TSL's,
+    as TensorFlow's; make_gpu_trace.py): the first step compiled and autotuned, the next five
+    each copied a batch in, ran ten kernels and copied the loss out."""
+    data = gzip.decompress((FIXTURES / "gpu_trace.xplane.pb.gz").read_bytes())
+    facts = json.loads((FIXTURES / "gpu_trace.json").read_text())
+    return read_events(parse_xspace(data)), facts
+
+
+def _step_span_ns(facts: dict, start: float, duration: float) -> tuple[int, int]:
+    lo = facts["anchor_ns"] + round((start - facts["anchor_s"]) * 1e9)
+    return lo, lo + round(duration * 1e9)
+
+
+def test_reader_on_a_real_gpu_trace(gpu_trace):
+    events, facts = gpu_trace
+    assert facts["device"] == "NVIDIA H200"
+    device = events.device
+    assert device.sum() > 100
+    # A GPU plane's events are kernels, copies and memsets, nothing of the host's kinds, and
+    # its line times (relative to the profile's start) land inside the profile's span.
+    assert set(events.category[device].tolist()) == {Category.DEVICE_OP, Category.MEMCPY}
+    assert (events.start[device] >= events.profile_start).all()
+    assert (events.end[device] <= events.profile_stop).all()
+    copies = {events.op_type[i] for i in np.flatnonzero(events.category == Category.MEMCPY)}
+    assert {"MemcpyH2D", "MemcpyD2H"} <= copies
+    assert any(kind.startswith("Memset") for kind in copies), copies  # CUPTI's "Memset 3"
+    kernels = {events.name[i] for i in np.flatnonzero(events.category == Category.DEVICE_OP)}
+    assert not any(name.startswith(("Memset", "Memcpy")) for name in kernels)
+    # The clocks agree: each steady step holds the GPU work it launched, and waited for.
+    for start, duration in facts["steps"][1:]:
+        lo, hi = _step_span_ns(facts, start, duration)
+        inside = np.flatnonzero(device & (events.start >= lo) & (events.end <= hi))
+        kinds = [events.op_type[i] for i in inside]
+        assert kinds.count("MemcpyH2D") >= 1 and kinds.count("MemcpyD2H") == 1, kinds
+        assert sum("gemm" in kind for kind in kinds) == 2, kinds  # forward and backward
+
+
+def test_summary_of_a_real_gpu_trace(gpu_trace):
+    events, facts = gpu_trace
+    steps = facts["steps"]
+    capture = OpsCapture(
+        status="captured",
+        start=0.0,
+        stop=steps[-1][0] + steps[-1][1],
+        anchor_ns=facts["anchor_ns"],
+        anchor_s=facts["anchor_s"],
+        trace_bytes=1,
+    )
+    ops = ops_summary(events, capture, _fixture_record(facts))
+    assert ops["window"]["steps"] == len(steps)
+    for step, (start, duration) in zip(ops["per_step"][1:], steps[1:], strict=True):
+        parts = [step[p] for p in ("input", "collective", "device_ops", "host_ops", "other")]
+        assert sum(parts) == pytest.approx(step["duration"], rel=1e-6, abs=1e-6)
+        lo, hi = _step_span_ns(facts, start, duration)
+        inside = events.device & (events.start >= lo) & (events.end <= hi)
+        busy = (events.end - events.start)[inside]
+        # The GPU's busy time, each instant once: at least its longest event, at most all.
+        assert busy.max() / 1e9 <= step["device_ops"] <= busy.sum() / 1e9 + 1e-9, step
+    assert [op["where"] for op in ops["top_ops"][:3]] == ["device"] * 3, ops["top_ops"]
+    assert any("gemm" in op["name"] for op in ops["top_ops"]), ops["top_ops"]
+
+
 # -- live windows ------------------------------------------------------------------------------
 
 

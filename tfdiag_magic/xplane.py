@@ -52,7 +52,7 @@ class Category(IntEnum):
     HOST_OP = 1  # a TensorFlow op's kernel on a host thread
     CONTAINER = 2  # an op that runs a function (its time is its body's)
     DEVICE_OP = 3  # a kernel on a GPU
-    MEMCPY = 4  # a copy to, from or on a GPU
+    MEMCPY = 4  # a copy to, from or on a GPU, or a memset of its memory
     COLLECTIVE = 5  # communication between devices or workers
     PIPELINE = 6  # an op on tf.data's own threads: the input pipeline working ahead
 
@@ -128,7 +128,7 @@ def _category(op_type: str, name: str, device: bool, consumer: bool) -> Category
     if op_type.startswith(COLLECTIVE_PREFIXES) or name.startswith(COLLECTIVE_PREFIXES):
         return Category.COLLECTIVE
     if device:
-        return Category.MEMCPY if "memcpy" in op_type.lower() else Category.DEVICE_OP
+        return Category.MEMCPY if _memory_operation(op_type) else Category.DEVICE_OP
     if not consumer:
         return Category.PIPELINE
     if op_type in INPUT_TYPES or name.startswith("IteratorGetNext"):
@@ -138,10 +138,18 @@ def _category(op_type: str, name: str, device: bool, consumer: bool) -> Category
     return Category.HOST_OP
 
 
+def _memory_operation(name: str) -> bool:
+    """A GPU copy or memset (CUPTI names them ``MemcpyH2D``, ``MemcpyOther``, ``Memset 3``),
+    not a kernel."""
+    lowered = name.lower()
+    return lowered.startswith("memset") or "memcpy" in lowered
+
+
 def _device_op(plane: Any, event: Any, event_name: str) -> tuple[str, str]:
     """A GPU event's (name, type): the TensorFlow op that launched it (its ``tf_op`` stat, or
-    the annotation in ``level 0``), else the kernel's own name; a copy's type is its kind."""
-    if "memcpy" in event_name.lower():
+    the annotation in ``level 0``), else the kernel's own name; a copy's type is its kind.
+    XLA's kernels carry ``tf_op`` "XlaModule:", no op: they keep their kernel's name."""
+    if _memory_operation(event_name):
         return event_name, event_name
     for stat in event.stats:
         key = plane.stat_metadata[stat.metadata_id].name

@@ -47,11 +47,28 @@ def codes(r) -> list[str]:
 def the(r, code: str) -> Finding:
     """The one finding of `code` in the run (fails, listing the findings, if there is none)."""
     found = [f for f in r.findings if f.code == code]
-    assert len(found) == 1, f"expected one {code} finding, got:\n{listing(r)}"
+    assert len(found) == 1, f"expected one {code} finding, got:\n{listing(r)}{_series_medians(r)}"
     finding = found[0]
     assert finding.title and finding.detail and finding.fix, finding
     assert finding.evidence, f"{code} shows no numbers: {finding}"
     return finding
+
+
+def _series_medians(r) -> str:
+    """The window medians each series of steps or loop iterations had, as progressive-slowdown
+    reads them: what a missed slowdown (one seen only under a loaded suite) rested on."""
+    import numpy as np
+
+    from tfdiag_magic.diagnose import progressive_slowdown
+
+    record = r.record
+    lines = []
+    for rows, label, loop in progressive_slowdown._series(record):
+        steady = rows[~record.steps["traced"][rows]][1:]
+        windows = np.array_split(record.steps["duration"][steady], progressive_slowdown.WINDOWS)
+        medians = ", ".join(f"{np.median(w) * 1e3:.2f}" for w in windows if w.size)
+        lines.append(f"\n  {label} (loop {loop}), window medians in ms: {medians}")
+    return "".join(lines)
 
 
 def problems(r) -> list[Finding]:

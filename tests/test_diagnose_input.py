@@ -87,7 +87,12 @@ def test_input_bound_python_generator_augmenting_each_image(img):
     assert ev["steps"] == 47  # the steady steps: all but the first
 
 
-def test_input_bound_py_function_decoding_in_tf_data(img):
+@pytest.mark.parametrize(
+    "loop",
+    ["for xb, yb in ds.take(16):", "for step, (xb, yb) in enumerate(ds.take(16)):"],
+    ids=["for", "enumerate"],
+)
+def test_input_bound_py_function_decoding_in_tf_data(img, loop):
     # Reads of 10 ms a file: a batch of eight takes 80 ms, far longer than the step (4-5 ms
     # here). With reads of 3 ms (24 ms a batch), a step slowed 5x by a busy machine overlapped
     # its batch's reads under prefetch(1), and there was no input wait left to find.
@@ -103,14 +108,22 @@ def test_input_bound_py_function_decoding_in_tf_data(img):
         "    label.set_shape(())\n"
         "    return image, label\n"
         "ds = tf.data.Dataset.range(len(images)).map(tf_load).batch(8).prefetch(1)\n"
-        "for xb, yb in ds.take(16):\n"
+        f"{loop}\n"
         "    train_step(xb, yb)\n",
     )
     assert result.success
     f = the(r, "input-bound")
-    assert f.evidence["where"].startswith("line 12: for xb, yb in ds.take(16):")
+    assert f.evidence["where"] == f"line 12: {loop}"
     assert f.evidence["median_wait_s"] >= 0.04  # eight files, one after the other
     assert f.evidence["wait_share"] >= 0.5
+    # Where the pipeline's work went, from its iterator's runtime model, read as the loop ran:
+    # the Python map, fused with its batch by tf.data, at eight reads of 10 ms a batch.
+    top = f.evidence["stage_work"][0]
+    assert top["stage"] == "MapAndBatch" and top["made_as"].startswith("map `tf_load`")
+    assert top["s_per_batch"] >= 0.08 and f.evidence["stage_work_batches"] >= 8
+    assert "in a map `tf_load`" in f.detail
+    (reported,) = json.loads(r.to_json())["loops"]
+    assert reported["input_stages"][0]["name"] == "Root"
 
 
 def test_input_bound_distributed_dataset_decoding_with_py_function(tab):

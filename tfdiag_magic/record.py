@@ -216,6 +216,9 @@ class LoopInfo:
     # The CPU time of the thread that ran the loop, over its runs that ended: a loop whose
     # bodies sleep or wait for I/O takes little of it. -1: not measured.
     cpu_seconds: float = -1.0
+    # Where it drew from a tf.data iterator: that pipeline's stages, as the last iterator's
+    # runtime model read them whole (`probes.loop_stage_work`; as `KerasCall.input_stages`).
+    input_stages: tuple[InputStageWork, ...] = ()
 
 
 @dataclass(slots=True)  # slots: a run keeps up to KERAS_CALLS_KEPT of them (see recorder)

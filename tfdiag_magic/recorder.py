@@ -136,6 +136,7 @@ class OpenLoop:
         "loop_id",
         "n",
         "outer_wait",
+        "reader",
         "times",
         "totals",
     )
@@ -159,6 +160,9 @@ class OpenLoop:
         self.end_wait = 0.0  # the wait of the `next()` that found no item (see `items_ran_out`)
         # the CPU time of the thread running the loop (the run's) as this run of it began
         self.cpu_start = thread_time()
+        # What reads its tf.data iterator's runtime model as its rows are written (a
+        # `probes.loop_stage_work.LoopStageReader`), or None: it does not draw from one.
+        self.reader: Any = None
 
 
 class StepMark(NamedTuple):
@@ -792,6 +796,9 @@ class Recorder:
                 break
             self.write_iterations(inner)
         self.write_iterations(state, now)
+        reader = state.reader
+        if reader is not None:  # its iterator has just handed out an item: it is idle
+            reader.due(state.index + 2)  # the items of this run of the loop, the new one's too
         if now >= self._next_memory:
             self.sample_memory(now)
             if self.on_sample is not None:

@@ -133,7 +133,10 @@ def build_report(
         "gc": gc_stats(record),
         "warnings": warnings,
         "warnings_total": len(record.warnings) + record.warnings_dropped,
-        "loops": [vars(loop).copy() for loop in record.loops],
+        "loops": [
+            {**vars(loop), "input_stages": [vars(stage).copy() for stage in loop.input_stages]}
+            for loop in record.loops
+        ],
         "gpu": {
             "tensorflow_gpus": record.facts.get("gpus", []),
             "nvml": record.facts.get("nvml"),

@@ -87,7 +87,8 @@ against the steady step and their excess as a share of the epoch. For a `tf.data
 what it is made of (`pipeline`: already prefetched, cached, the maps that run one element at a
 time, the stages that run Python or read files) and, in the text, where its work is: the map
 functions by name, the file reads, the Python. Where the iterator's runtime model was read
-(`fit` on a dataset, a function given its iterator), each stage's own work per batch
+(`fit` on a dataset, a function given its iterator, a loop of the cell over a dataset or
+`enumerate` of one that ran 64 items or 0.25 s), each stage's own work per batch
 (`stage_work`: tf.data's name for the stage, the map's function where the runtime's maps and the
 pipeline's pair up, seconds per batch and per element, elements per batch, parallelism), their
 sum, and the share in maps a library utility made (`library_share_of_work`).
@@ -232,7 +233,10 @@ def _loop_waits(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=excess,
     )
-    return _with_pipeline(finding, source, structure_of_loop(record, loop))
+    structure = structure_of_loop(record, loop)
+    finding = _with_pipeline(finding, source, structure)
+    stages = next((each.input_stages for each in record.loops if each.id == loop), ())
+    return _with_stage_work(finding, stages, structure)
 
 
 def _cross_device_loop(record: Record, loop_id: int) -> bool:

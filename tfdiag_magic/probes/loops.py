@@ -26,6 +26,7 @@ import numpy as np
 from ..record import Record
 from ..recorder import OpenLoop, Recorder
 from .dataset_structure import datasets_drawn_by, note_dataset
+from .loop_stage_work import LoopStageReader
 
 NAN = math.nan
 get_ident = threading.get_ident
@@ -70,13 +71,21 @@ class LoopRuntime:
 
     def __init__(self, rec: Recorder) -> None:
         self._rec = rec
+        # Per loop that drew from a tf.data iterator: what reads its runtime model
+        self.stage_readers: dict[int, LoopStageReader] = {}
 
     def iterate(self, iterable: Iterable[Any], loop_id: int) -> Iterator[Any]:
         __tracebackhide__ = True
-        for dataset in datasets_drawn_by(iterable):  # a tf.data pipeline's make-up
+        drawn = datasets_drawn_by(iterable)
+        for dataset in drawn:  # a tf.data pipeline's make-up
             note_dataset(self._rec, dataset, "loop", loop_id)
         iterator = iter(iterable)
-        return LoopIterator(iterator, self._rec, self._rec.begin_loop(loop_id))
+        state = self._rec.begin_loop(loop_id)
+        if drawn:  # where its pipeline's work goes (`probes.loop_stage_work`)
+            reader = self.stage_readers.get(loop_id) or LoopStageReader()
+            if reader.follow(iterator):
+                state.reader = self.stage_readers[loop_id] = reader
+        return LoopIterator(iterator, self._rec, state)
 
     def tick(self, loop_id: int) -> None:
         now = perf_counter()
@@ -277,10 +286,12 @@ class LoopProbe:
         self._hooks = hooks
         self._namespace = namespace
         self._recorder: Recorder | None = None
+        self._runtime: LoopRuntime | None = None
 
     def install(self, recorder: Recorder) -> None:
         self._recorder = recorder
-        self._hooks.activate(LoopRuntime(recorder))
+        self._runtime = LoopRuntime(recorder)
+        self._hooks.activate(self._runtime)
 
     def remove(self) -> None:
         self._hooks.deactivate()
@@ -295,6 +306,11 @@ class LoopProbe:
             if not loop.function or loop.iterations or loop.rows_dropped
         ]
         rec, self._recorder = self._recorder, None
+        runtime, self._runtime = self._runtime, None
+        readers = runtime.stage_readers if runtime is not None else {}
+        for loop in record.loops:
+            if loop.id in readers:
+                loop.input_stages = readers[loop.id].stages()
         if rec is not None and rec.ran_out_wait[0]:
             # The waits of the loops' last `next()`, which found no item (a reader's slow end):
             # data wait, inside the outer loop's iterations where the loop ran in one.

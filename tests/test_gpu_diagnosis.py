@@ -353,6 +353,33 @@ def test_other_processes_on_the_gpu_are_named_with_their_memory_and_self_is_left
     assert "CUDA_VISIBLE_DEVICES" in finding["fix"]
 
 
+def _host_pid_process(pid: int, gib_used: int) -> dict[str, Any]:
+    """A process as NVML lists it in a container: the host's PID, no name in this namespace."""
+    used = gib_used * GIB
+    return {"pid": pid, "name": None, "memory_used": used, "kinds": ["compute"], "is_self": False}
+
+
+def test_a_nameless_process_where_this_one_holds_the_gpu_unlisted_is_likely_itself():
+    # TensorFlow's runtime is up with the GPU visible, so this process holds a context on it,
+    # yet NVML lists only a process by a PID unknown here: in a container, the host's PID.
+    facts = h100_facts(initialized=True)
+    device(facts)["processes"] = [_host_pid_process(2712345, 70)]
+    finding = the(facts, "gpu-shared")
+    assert finding["severity"] == "info"
+    assert "one of them is likely this process itself" in finding["message"]
+    assert "unknown process (pid 2712345, 70.0 GiB)" in finding["message"]
+    assert finding["evidence"]["this_process_listed"] is False
+    # Before the runtime is up this process holds no context: the process is another's.
+    facts = h100_facts(initialized=False)
+    device(facts)["processes"] = [_host_pid_process(2712345, 70)]
+    assert the(facts, "gpu-shared")["severity"] == "warning"
+    # A named process beside it is certainly another: a warning.
+    facts = h100_facts(initialized=True)
+    named = {**_host_pid_process(4242, 2), "name": "python3"}
+    device(facts)["processes"] = [_host_pid_process(2712345, 70), named]
+    assert the(facts, "gpu-shared")["severity"] == "warning"
+
+
 def test_uncorrected_ecc_errors_are_reported():
     facts = h100_facts()
     device(facts)["ecc_errors"] = {"corrected_volatile": 12, "uncorrected_volatile": 3}

@@ -152,14 +152,17 @@ def test_split_op_reads_tensorflow_op_events_only():
 
 def test_layer_scope_and_short_names():
     types = {"Sub", "ReadVariableOp", "MatMul"}
-    assert layer_scope("StatefulPartitionedCall/sequential_1/dense_1/MatMul", types) == "dense_1"
-    assert layer_scope("gradient_tape/model/conv/Conv2D/Conv2DBackpropInput", types) == "conv"
+    # A layer's ops run in its call's scope: its name and one suffix (see `layer_scope`).
+    assert layer_scope("StatefulPartitionedCall/sequential_1/dense_1/MatMul", types) == "dense"
+    assert layer_scope("sequential_1/dense_1_2/Add", types) == "dense_1"
+    assert layer_scope("gradient_tape/model_1/conv_3/Conv2D/Conv2DBackpropInput", types) == "conv"
+    assert layer_scope("model/encoder/dense/MatMul", types) == "encoder"  # no suffix: as it is
     assert layer_scope("adam/Sub_6/ReadVariableOp", types) is None
     # steps_per_execution > 1: the step runs in a loop's body and a branch of a cond
     looped = "while/body/_1/while/cond/then/_131/while/cond/StatefulPartitionedCall/"
-    assert layer_scope(looped + "sequential_1/dense_1/Relu", types) == "dense_1"
-    grad = looped + "gradient_tape/sequential_1/dense_2/MatMul/MatMul_1"
-    assert layer_scope(grad, types) == "dense_2"
+    assert layer_scope(looped + "sequential_1/dense_1/Relu", types) == "dense"
+    grad = looped + "gradient_tape/sequential_1/dense_1_2/MatMul/MatMul_1"
+    assert layer_scope(grad, types) == "dense_1"
     assert layer_scope(looped + "adam/Mul_3", types) is None
     assert layer_scope(looped + "adam/AssignSubVariableOp", types) is None
     assert layer_scope("compile_loss/mse/sub", types) is None
@@ -199,7 +202,9 @@ def test_summary_of_the_committed_trace(fixture_trace):
     assert ops["window"]["steps"] == len(steps)
     assert_sound_window(ops)
     assert any("MatMul" in op["type"] for op in ops["top_ops"][:5]), ops["top_ops"]
-    assert [layer["layer"] for layer in ops["top_layers"]][:2] == ["dense_1", "dense_1_2"]
+    # The fixture's model's layers, `dense` and `dense_1` (their ops in scopes `dense_1` and
+    # `dense_1_2`), by the names the model gives them.
+    assert [layer["layer"] for layer in ops["top_layers"]][:2] == ["dense", "dense_1"]
     # The first step's GetNext is inside it: its input part is the GetNext it waited on.
     assert ops["per_step"][0]["input"] > 0
     # A step's split, checked by hand: the input part of a span with no GetNext is zero.
@@ -287,7 +292,9 @@ def test_window_of_a_fit_run_is_faithful_and_summarised(ip):
     # About 20: the count is read every 5 ms, and the step running at its start is not whole.
     assert 18 <= ops["window"]["steps"] <= 26
     assert any("MatMul" in t for t in r.ops["type"].head(5)), r.ops
-    assert any(layer["layer"].startswith("dense") for layer in ops["top_layers"][:2])
+    # Named as the model names its layers (not as the graph's scopes: see `layer_scope`).
+    names = {layer.name for layer in ip.user_ns["model"].layers}
+    assert {layer["layer"] for layer in ops["top_layers"]} == names, (names, ops["top_layers"])
     assert_nothing_left(before)
     # Shown: the text report's section, the HTML's table, the dashboard's last tab.
     assert re.search(r"Ops window: window of \d+ steps", r.summary())
@@ -304,7 +311,8 @@ def test_window_of_a_custom_loop(ip, tmp_path):
     assert ops["top_ops"][0]["type"].endswith(("MatMul", "FusedMatMul")) or any(
         "MatMul" in op["type"] for op in ops["top_ops"][:3]
     )
-    assert all(layer["layer"].startswith("dense") for layer in ops["top_layers"][:2])
+    names = {layer.name for layer in ip.user_ns["model"].layers}
+    assert {layer["layer"] for layer in ops["top_layers"]} == names, (names, ops["top_layers"])
     # Loop iterations and tf.function calls are both rows; the window's rows are the steps.
     kinds = r.steps["kind"].iloc[[s["step"] for s in ops["per_step"]]]
     assert set(kinds) == {"tf_function"}

@@ -108,9 +108,15 @@ def step_split(events: OpEvents, lo: int, hi: int) -> dict[str, float]:
 
 
 def layer_scope(name: str, op_types: set[str]) -> str | None:
-    """The Keras layer an op belongs to, by its name's scopes: ``model/layer/.../Op`` (after
+    """The Keras layer an op belongs to, by its name's scopes: ``model/layer_N/.../Op`` (after
     function-call and gradient scopes) -> ``layer``; None for ops outside a model's layers
-    (the loss, the optimizer's updates, a loop's own ops)."""
+    (the loss, the optimizer's updates, a loop's own ops).
+
+    A graph's name scopes are not the layers' names: Keras 3 enters a layer's scope twice per
+    call, once to build it (no op) and once to call it, and TensorFlow makes each scope's name
+    unique in its graph by a suffix. Layers ``dense`` and ``dense_1`` run their ops in scopes
+    ``dense_1`` and ``dense_1_2`` (their build scopes, ``dense`` and ``dense_1_1``, hold
+    none): the call's scope is always the layer's name and one ``_N``, which is taken off."""
     parts = [
         part
         for part in name.split("/")
@@ -127,7 +133,7 @@ def layer_scope(name: str, op_types: set[str]) -> str | None:
         return None
     if len(parts) == 3 and parts[2].startswith("ReadVariableOp"):
         return None
-    return layer
+    return _NUMBERED.sub("", layer, count=1)
 
 
 def short_name(name: str) -> str:

@@ -9,7 +9,7 @@ from ..record import Kind, Record
 from ..rewrite import hoist_function, reduce_retracing, scalars_to_tensors
 from ..units import seconds
 from .evidence import first_rewrite, rounded, with_rewrite
-from .signatures import changing_arguments, is_python_value, is_shape_change
+from .signatures import changing_arguments, is_python_value, is_shape_change, shape_of
 
 CODE = "retracing"
 TITLE = "A tf.function keeps tracing"
@@ -56,11 +56,22 @@ fix; a Keras call repeated in a loop is `repeated-keras-call`. A model or method
 cell wraps in `tf.function` is the cell's. A function made anew for each model built in the
 run (a sweep over models), each object traced only on its first call or two (a first call
 that creates variables traces twice), is not retracing: every model needs its own graph.
+
+Nor is a handful of signatures among many calls: TensorFlow warns only where 5 of the last
+10 calls traced. The tracings must also recur: at least one call in 20 traced, or tracing
+took a tenth of the run, or one argument took five or more values (Python values other than
+`None`, or tensor shapes and dtypes, their spec names aside), or the function objects were
+made anew. A text generator whose step is called first with `states=None`, then with the
+state, for one prompt and then for a batch of five, and again after its SavedModel is
+reloaded, traces 8 times in 2,000 calls for 1 s of a 92 s run: four signatures, each needed.
 """
 
 MIN_TRACES = 5
 # A function whose first call creates variables (a Keras optimizer's slots) traces twice.
 WARM_UP_TRACES = 2
+# What makes tracings recur rather than a few needed variants (see the threshold above).
+FREQUENT_SHARE = 0.05  # tracings per call
+COSTLY_SHARE = 0.1  # tracing time over the run's wall time
 
 
 def check(record: Record, source: str | None) -> Finding | None:
@@ -71,11 +82,12 @@ def check(record: Record, source: str | None) -> Finding | None:
         and f.traces >= MIN_TRACES
         and not _one_per_model(record, f)
         and not _traced_inside_others(record, f)
+        and _keeps_tracing(record, f)
     ]
     if not candidates:
         return None
     worst = max(candidates, key=lambda f: f.traces)
-    events = [t for t in record.traces if not t.nested and same_function(t.function, worst.name)]
+    events = _top_level_tracings(record, worst)
     trace_time = sum(t.duration for t in events)
     changing = changing_arguments([t.signature for t in events])
     steps = record.steps
@@ -109,6 +121,31 @@ def check(record: Record, source: str | None) -> Finding | None:
         impact=trace_time,
     )
     return with_rewrite(finding, source, first_rewrite(source, *attempts))
+
+
+def _top_level_tracings(record: Record, function) -> list:
+    return [t for t in record.traces if not t.nested and same_function(t.function, function.name)]
+
+
+def _keeps_tracing(record: Record, function) -> bool:
+    """Whether the function's tracings recur, rather than a few signatures each traced once
+    among many calls (see the threshold): frequent, costly, over many values of an argument,
+    or of function objects made anew."""
+    if function.objects >= max(2, function.traces // 2):
+        return True
+    if function.traces >= FREQUENT_SHARE * max(function.calls, 1):
+        return True
+    events = _top_level_tracings(record, function)
+    if record.wall_time and sum(t.duration for t in events) >= COSTLY_SHARE * record.wall_time:
+        return True
+    changing = changing_arguments([t.signature for t in events])
+    return any(len(_distinct_values(values)) >= MIN_TRACES for values in changing.values())
+
+
+def _distinct_values(values: list[str]) -> set[str]:
+    """An argument's values that make distinct graphs: Python values but `None` (an optional
+    argument's first call), tensor specs by shape and dtype (a spec's name aside)."""
+    return {shape_of(v) for v in values if v not in ("Literal[None]", "<absent>")}
 
 
 def _traced_inside_others(record: Record, function) -> bool:
@@ -146,7 +183,12 @@ def _cause(function, changing: dict[str, list[str]]) -> tuple[str, list]:
             " (or wrapping a bound method anew) traces every time.",
             [(hoist_function, {})],
         )
-    python_args = [k for k, v in changing.items() if any(is_python_value(x) for x in v)]
+    # `None` alone is an optional argument's first call, not a value that changes.
+    python_args = [
+        k
+        for k, v in changing.items()
+        if any(is_python_value(x) and x != "Literal[None]" for x in v)
+    ]
     if python_args:
         shown = ", ".join(f"`{a}`" for a in python_args)
         values = ", ".join(changing[python_args[0]][:3])

@@ -3,6 +3,8 @@ signatures (``(x: TensorSpec(shape=(32, 4), ...), n: Literal[int(3)]) -> ...``).
 
 from __future__ import annotations
 
+import re
+
 
 def parameters(signature: str) -> dict[str, str]:
     """Parameter name -> its type text, from a function type's text (top-level commas only)."""
@@ -66,6 +68,12 @@ def changing_arguments(signatures: list[str]) -> dict[str, list[str]]:
 def is_python_value(kind: str) -> bool:
     """A Python value baked into the graph (each new value is a new tracing)."""
     return kind.startswith("Literal[") or kind in ("int", "float", "bool", "str")
+
+
+def shape_of(kind: str) -> str:
+    """A tensor spec's text without its name (``name='x'`` or ``name=None``): two specs of
+    one shape and dtype make the same graph; any other type text as it is."""
+    return re.sub(r",\s*name=(None|'[^']*')", "", kind)
 
 
 def is_shape_change(values: list[str]) -> bool:

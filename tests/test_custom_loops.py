@@ -602,3 +602,38 @@ def test_time_split_gives_tracing_its_own_part(loop_ip):
     assert total + split["callbacks"] == pytest.approx(split["wall"], rel=0.01)
     time_line = next(line for line in r.summary().splitlines() if line.startswith("Time:"))
     assert time_line.startswith("Time: tracing")
+
+
+def test_an_iterators_slow_release_after_its_last_item_is_shown_apart(ip):
+    """The `for` statement drops its iterator once the items ran out, and the iterator's
+    clean-up runs there (a tf.data iterator's destructor waited 4.6-5 s an epoch for its
+    autotune thread in a guide's eager loop): neither a wait for an item nor a body's work, it
+    is the loop's `release_seconds`, shown beside its bodies and waits."""
+    result, r = profiled(
+        ip,
+        "import time\n"
+        "class Reader:\n"
+        "    def __init__(self, n):\n"
+        "        self.i, self.n = 0, n\n"
+        "    def __iter__(self):\n"
+        "        return self\n"
+        "    def __next__(self):\n"
+        "        if self.i == self.n:\n"
+        "            raise StopIteration\n"
+        "        self.i += 1\n"
+        "        return self.i\n"
+        "    def __del__(self):\n"
+        "        time.sleep(0.2)\n"
+        "for epoch in range(3):\n"
+        "    for record in Reader(10):\n"
+        "        time.sleep(0.002)\n",
+    )
+    assert result.success
+    inner = next(loop for loop in r.record.loops if loop.source.startswith("for record in"))
+    outer = next(loop for loop in r.record.loops if loop.source.startswith("for epoch in"))
+    assert inner.iterations == 30
+    assert 3 * 0.2 <= inner.release_seconds < 3 * 0.2 + 0.5, inner
+    assert inner.wait < 0.2 and inner.seconds < 0.5  # in neither
+    assert outer.release_seconds < 0.05  # a range's iterator goes at once
+    text = " ".join(r.summary().split())
+    assert "releasing its iterator after the last item" in text

@@ -216,6 +216,11 @@ class LoopInfo:
     # The CPU time of the thread that ran the loop, over its runs that ended: a loop whose
     # bodies sleep or wait for I/O takes little of it. -1: not measured.
     cpu_seconds: float = -1.0
+    # From its items running out to the statement after it, over its runs: the `for` statement
+    # drops its iterator then, and its clean-up runs there (a tf.data iterator's destructor
+    # waits for its autotune thread; a generator's pipeline finalises it). Not a wait of its
+    # items, nor a body's work: shown on its own.
+    release_seconds: float = 0.0
     # Where it drew from a tf.data iterator: that pipeline's stages, as the last iterator's
     # runtime model read them whole (`probes.loop_stage_work`; as `KerasCall.input_stages`).
     input_stages: tuple[InputStageWork, ...] = ()

@@ -136,6 +136,7 @@ class OpenLoop:
         "loop_id",
         "n",
         "outer_wait",
+        "ran_out_at",
         "reader",
         "times",
         "totals",
@@ -144,7 +145,8 @@ class OpenLoop:
     def __init__(self, loop_id: int, totals: list[Any], outer_wait: float = NAN) -> None:
         self.loop_id = loop_id
         # the loop's [iterations, seconds, wait, dropped, model calls, their seconds, its
-        # thread's CPU seconds over its runs that ended]
+        # thread's CPU seconds over its runs that ended, the seconds from its items running out
+        # to its end (its iterator's release)]
         self.totals = totals
         # The input wait no step had taken when the loop began: the next step's again if the
         # loop ends without one (a helper's loop between a batch and its step).
@@ -158,6 +160,7 @@ class OpenLoop:
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
         self.fetching = False  # its iterator is being asked for the next item, timed as its wait
         self.end_wait = 0.0  # the wait of the `next()` that found no item (see `items_ran_out`)
+        self.ran_out_at = NAN  # when that `next()` returned: its iterator is released after
         # the CPU time of the thread running the loop (the run's) as this run of it began
         self.cpu_start = thread_time()
         # What reads its tf.data iterator's runtime model as its rows are written (a
@@ -719,7 +722,7 @@ class Recorder:
         innermost of the loops open now; `end_loop` closes it."""
         totals = self.loop_totals.get(loop_id)
         if totals is None:
-            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0, 0, 0.0, 0.0]
+            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0]
         state = OpenLoop(loop_id, totals, self.pending_wait)
         self.open_loops.append(state)
         return state
@@ -864,6 +867,7 @@ class Recorder:
         after the loop (the next epoch's first) could not start before it."""
         state.totals[2] += wait
         state.end_wait += wait
+        state.ran_out_at = perf_counter()
         totals = self.ran_out_wait
         totals[0] += wait
         if self.open_loops and self.open_loops[0] is not state:
@@ -880,6 +884,8 @@ class Recorder:
                 if state.n:
                     self.next_item(state, now, None)
                 state.totals[6] += thread_time() - state.cpu_start
+                if state.ran_out_at == state.ran_out_at:  # its items ran out: then released
+                    state.totals[7] += now - state.ran_out_at
                 self.open_loops.remove(state)
                 if not state.has_steps:
                     wait = state.outer_wait
@@ -1047,9 +1053,10 @@ class Recorder:
             started = np.searchsorted(starts, [warning.time], side="right")
             warning.step = int(self._rows_started(started, index)[0])
         for loop in self.loops:
-            totals = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0, 0, 0.0, -1.0))
-            iterations, seconds, wait, dropped, model_calls, model_seconds, cpu = totals
+            totals = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0, 0, 0.0, -1.0, 0.0))
+            iterations, seconds, wait, dropped, model_calls, model_seconds, cpu, release = totals
             loop.cpu_seconds = float(cpu) if cpu >= 0 else -1.0
+            loop.release_seconds = float(release)
             loop.model_calls = int(model_calls)
             loop.model_seconds = float(model_seconds)
             loop.iterations = int(iterations)

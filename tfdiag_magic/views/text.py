@@ -297,6 +297,11 @@ def split_parts(split: dict[str, Any]) -> list[tuple[str, float | None]]:
     return measured + [(name, value) for name, value in parts if value is None]
 
 
+# A loop's iterator released in this long, over its runs, is shown: a tf.data iterator's
+# destructor that waits for its autotune thread took 4.6-5 s an epoch in a guide's eager loop.
+RELEASE_SHOWN_S = 0.05
+
+
 def _loop_times(loop: dict[str, Any]) -> str:
     """A loop's iterations, the time in its bodies and in waits for its items, and how much
     of that its thread was on the CPU: ``" (100 iterations; bodies 1.50 s, waits 5.79 s; its
@@ -311,4 +316,7 @@ def _loop_times(loop: dict[str, Any]) -> str:
         cpu = loop.get("cpu_seconds", -1.0)
         if isinstance(cpu, float) and cpu >= 0 and body + wait > 0:
             parts.append(f"its thread on the CPU {share(min(cpu, body + wait), body + wait)}")
+    release = loop.get("release_seconds")
+    if isinstance(release, float) and release >= RELEASE_SHOWN_S:
+        parts.append(f"releasing its iterator after the last item {seconds(release)}")
     return f" ({'; '.join(parts)})" if parts else ""

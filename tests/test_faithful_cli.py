@@ -388,6 +388,27 @@ def test_a_folder_given_for_the_reports_gets_them_named_after_the_script(tmp_pat
     }
 
 
+def test_relative_report_paths_are_the_commands_though_the_script_changes_folder(
+    tmp_path, monkeypatch, capsys
+):
+    """A script that works in a folder of its own (`os.chdir` into a run folder, as the
+    distributed-training tutorial's temporary one) still gets its reports where the command
+    named them, from where it started; without --json, beside the script."""
+    (tmp_path / "runs").mkdir()
+    script = tmp_path / "train.py"
+    script.write_text("import os\nos.chdir('runs')\nprint('trained in', os.getcwd())\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["profile", "--json", "out.json", "--html", "pages/", script.name]) == 0
+    assert (tmp_path / "out.json").is_file()
+    assert (tmp_path / "pages" / "train.tfdiag.html").is_file()
+    assert not (tmp_path / "runs" / "out.json").exists()
+    out = capsys.readouterr().out
+    assert f"JSON report: {tmp_path / 'out.json'}" in out  # where it went, said in full
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["profile", script.name]) == 0
+    assert (tmp_path / "train.tfdiag.json").is_file()
+
+
 # TensorFlow prints a deprecated argument's warning only while its context does not exist yet
 # (`deprecation.deprecated_args` asks `is_in_graph_mode`), so a script whose first TensorFlow
 # call passes one prints it: the tool must not make that context before the script does.

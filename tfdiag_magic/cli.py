@@ -309,6 +309,15 @@ def _worker_suffix(result: ProfileResult) -> str:
     return f".{worker['task_type']}-{worker['task_index']}" if worker else ""
 
 
+def _from_folder(folder: str, given: str | None) -> str | None:
+    """`given` (``~`` expanded) as a path from `folder` where it is relative; a trailing
+    separator (a folder to write into) is kept."""
+    if given is None:
+        return None
+    expanded = os.path.expanduser(given)
+    return expanded if os.path.isabs(expanded) else os.path.join(folder, expanded)
+
+
 def _output_path(given: str | None, script: Path, worker: str, suffix: str) -> Path:
     """Where a report goes: the path given; in a folder given (an existing one, or a path
     ending in ``/``), or beside the script without one, ``SCRIPT[.worker-N]SUFFIX``: every
@@ -346,12 +355,19 @@ def main(argv: list[str] | None = None) -> int:
             if not script.is_file():
                 print(f"tfdiag_magic: no such script: {script}", file=sys.stderr)
                 return 2
+            started_in = os.getcwd()
             try:
                 result, error = profile_script(
                     args.script, args.args, instrument=not args.no_loops, ops=args.ops
                 )
             except SyntaxError as exc:
                 return _syntax_error(exc)
+            # Relative paths are the command's: where it started, though the script changed
+            # its working folder (`os.chdir` into a run folder, a temporary one).
+            if os.getcwd() != started_in:
+                script = Path(started_in, script)
+                for name in ("json", "html", "tensorboard", "chrome_trace"):
+                    setattr(args, name, _from_folder(started_in, getattr(args, name)))
             worker = _worker_suffix(result)
             json_path = _output_path(args.json, script, worker, ".tfdiag.json")
             html_path = None

@@ -692,7 +692,7 @@ def test_input_bound_windowed_time_series_that_keras_prefetches(feats):
     assert ev["library_share_of_work"] >= 0.5
     assert "in a map of a lambda, made by the library (in parallel), 6" in f.detail
     assert " elements of " in f.detail
-    assert "maps the library made itself" in f.fix
+    assert "maps the library made itself (the most in a map of a lambda, made by" in f.fix
     assert "Nothing is left to add to the pipeline's options" in f.fix
 
 

@@ -490,10 +490,13 @@ def _with_stage_work(
     library = library_share(work)
     finding.evidence["library_share_of_work"] = rounded(library, 3)
     if library >= MOST_OF_THE_WORK:
+        # The heaviest of them, as the pipeline names it: a utility's own map function (the
+        # windows of `timeseries_dataset_from_array`, `sample_from_datasets`' selection).
+        heaviest = next(row["made_as"] for row in work if row["library"])
         why = (
             f"{library:.0%} of the pipeline's measured work is in maps the library made"
-            " itself (a utility such as `timeseries_dataset_from_array`), which no option"
-            " of the code's own maps reaches"
+            f" itself (the most in a {heaviest}), which no option of the code's own maps"
+            " reaches"
         )
         if finding.fix.startswith(NOTHING_TO_ADD):
             finding.fix = why + ". " + finding.fix

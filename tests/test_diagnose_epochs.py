@@ -4,11 +4,14 @@ goes to the user's own callbacks."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.diagnosis_support import assert_silent, the
 from tests.helpers import profiled
+from tfdiag_magic.diagnose import keras_epoch_setup
 from tfdiag_magic.diagnose.keras_epoch_setup import fit_epochs
+from tfdiag_magic.record import KerasCall, Kind, Phase, Record
 
 # The shape of TensorFlow's tabular regression tutorial: 314 rows of 9 features, a 64-64-1
 # model, `fit(x, y, validation_split=0.2, epochs=100)`: 8 training batches and 2 validation
@@ -90,3 +93,49 @@ def test_time_in_the_users_epoch_callbacks_is_not_kerass_set_up(tab):
     assert result.success
     assert r.record.epoch_hook_seconds >= 12 * 0.25
     assert_silent(r, "keras-epoch-setup")
+
+
+def _fit_record(epochs: int, steps: int, step_s: float, gap_s: float) -> Record:
+    """A recorded `fit` on a dataset: `epochs` of `steps` training steps of `step_s`, each
+    epoch after the first begun `gap_s` after the last one's end (no validation, no hooks)."""
+    starts, epoch_of, t = [], [], 0.0
+    for epoch in range(epochs):
+        for _ in range(steps):
+            starts.append(t)
+            epoch_of.append(epoch)
+            t += step_s
+        t += gap_s
+    n = len(starts)
+    record = Record()
+    record.steps["start"] = np.array(starts)
+    record.steps["duration"] = np.full(n, step_s)
+    record.steps["phase"] = np.full(n, Phase.TRAIN, dtype=np.uint8)
+    record.steps["kind"] = np.full(n, Kind.KERAS, dtype=np.uint8)
+    record.steps["epoch"] = np.array(epoch_of, dtype=np.int32)
+    record.steps["callback_time"] = np.zeros(n)
+    record.keras_calls = [
+        KerasCall("fit", 0.0, t, n, n * step_s, -1, "sequential", 32.0, "dataset", line=3)
+    ]
+    record.wall_time = t + 0.5
+    return record
+
+
+@pytest.mark.parametrize(
+    ("step_s", "gap_s", "found"),
+    [
+        (0.04, 0.6, True),  # 0.6 s of set-up an epoch against 0.4 s of training: 1.5x
+        (0.02, 0.3, False),  # 1.5x too, but 0.3 s an epoch is the size of Keras' own set-up
+        (0.02, 0.45, True),  # 2.25x: short epochs, as before
+    ],
+    ids=["long-set-up-1.5x", "short-set-up-1.5x", "short-set-up-2.25x"],
+)
+def test_a_long_set_up_between_epochs_needs_only_to_match_the_epochs_training(step_s, gap_s, found):
+    # The distributed-training tutorial's MirroredStrategy fit: 3.6 s an epoch between epochs
+    # against 2.3 s of training, 57% of the run (restarting each epoch's distributed iterator),
+    # was silent where twice the training was asked of every set-up.
+    record = _fit_record(12, 10, step_s, gap_s)
+    finding = keras_epoch_setup.check(record, None)
+    assert (finding is not None) == found, finding
+    if found:
+        assert finding.evidence["setup_per_epoch_s"] == pytest.approx(gap_s, rel=0.01)
+        assert "repeat()" in finding.fix and "steps_per_epoch" in finding.fix

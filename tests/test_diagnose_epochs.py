@@ -50,7 +50,7 @@ def test_short_epochs_of_a_small_table_are_found(tab):
     assert ev["data"] == ["numpy"]
     (call,) = ev["calls"]
     assert call.startswith("line ") and "model.fit(x, y, validation_split=0.2" in call
-    assert ev["setup_per_epoch_s"] >= 2 * ev["steps_time_per_epoch_s"], ev
+    assert ev["setup_per_epoch_s"] >= 1.5 * ev["steps_time_per_epoch_s"], ev
     assert ev["setup_s"] >= 1.0 and ev["share_of_run"] >= 0.25, ev
     assert "from_tensor_slices" in f.fix
     # The rewrite builds the datasets once: the same 40 epochs of 8 batches, each epoch's
@@ -123,11 +123,11 @@ def _fit_record(epochs: int, steps: int, step_s: float, gap_s: float) -> Record:
 @pytest.mark.parametrize(
     ("step_s", "gap_s", "found"),
     [
-        (0.04, 0.6, True),  # 0.6 s of set-up an epoch against 0.4 s of training: 1.5x
-        (0.02, 0.3, False),  # 1.5x too, but 0.3 s an epoch is the size of Keras' own set-up
+        (0.05, 0.6, True),  # 0.6 s of set-up an epoch against 0.5 s of training: 1.2x
+        (0.02, 0.25, False),  # 1.25x, at 0.25 s an epoch: the size of Keras' own set-up
         (0.02, 0.45, True),  # 2.25x: short epochs, as before
     ],
-    ids=["long-set-up-1.5x", "short-set-up-1.5x", "short-set-up-2.25x"],
+    ids=["long-set-up-1.2x", "short-set-up-1.25x", "short-set-up-2.25x"],
 )
 def test_a_long_set_up_between_epochs_needs_only_to_match_the_epochs_training(step_s, gap_s, found):
     # The distributed-training tutorial's MirroredStrategy fit: 3.6 s an epoch between epochs

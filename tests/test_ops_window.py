@@ -143,6 +143,19 @@ def _fixture_record(facts: dict) -> Record:
     return record
 
 
+def _fixture_capture(facts: dict) -> OpsCapture:
+    """The window of a committed trace: its steps' span and the clocks read as it began."""
+    steps = facts["steps"]
+    return OpsCapture(
+        status="captured",
+        start=0.0,
+        stop=steps[-1][0] + steps[-1][1],
+        anchor_ns=facts["anchor_ns"],
+        anchor_s=facts["anchor_s"],
+        trace_bytes=1,
+    )
+
+
 def test_split_op_reads_tensorflow_op_events_only():
     assert split_op("sequential/dense/MatMul:MatMul") == ("sequential/dense/MatMul", "MatMul")
     assert split_op("outer:While::sequential/dense/Relu:_FusedMatMul")[1] == "_FusedMatMul"
@@ -190,14 +203,7 @@ def test_reader_on_the_committed_trace(fixture_trace):
 def test_summary_of_the_committed_trace(fixture_trace):
     events, facts = fixture_trace
     steps = facts["steps"]
-    capture = OpsCapture(
-        status="captured",
-        start=0.0,
-        stop=steps[-1][0] + steps[-1][1],
-        anchor_ns=facts["anchor_ns"],
-        anchor_s=facts["anchor_s"],
-        trace_bytes=1,
-    )
+    capture = _fixture_capture(facts)
     ops = ops_summary(events, capture, _fixture_record(facts))
     assert ops["window"]["steps"] == len(steps)
     assert_sound_window(ops)
@@ -254,14 +260,7 @@ def test_reader_on_a_real_gpu_trace(gpu_trace):
 def test_summary_of_a_real_gpu_trace(gpu_trace):
     events, facts = gpu_trace
     steps = facts["steps"]
-    capture = OpsCapture(
-        status="captured",
-        start=0.0,
-        stop=steps[-1][0] + steps[-1][1],
-        anchor_ns=facts["anchor_ns"],
-        anchor_s=facts["anchor_s"],
-        trace_bytes=1,
-    )
+    capture = _fixture_capture(facts)
     ops = ops_summary(events, capture, _fixture_record(facts))
     assert ops["window"]["steps"] == len(steps)
     for step, (start, duration) in zip(ops["per_step"][1:], steps[1:], strict=True):

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -125,11 +126,16 @@ def assert_sound_window(ops: dict) -> None:
 # -- the reader, on the committed trace --------------------------------------------------------
 
 
+def _committed_trace(name: str) -> tuple[Any, dict]:
+    """The events of tests/fixtures/NAME.xplane.pb.gz and the facts NAME.json keeps beside it."""
+    data = gzip.decompress((FIXTURES / f"{name}.xplane.pb.gz").read_bytes())
+    facts = json.loads((FIXTURES / f"{name}.json").read_text())
+    return read_events(parse_xspace(data)), facts
+
+
 @pytest.fixture(scope="module")
 def fixture_trace():
-    data = gzip.decompress((FIXTURES / "ops_trace.xplane.pb.gz").read_bytes())
-    facts = json.loads((FIXTURES / "ops_trace.json").read_text())
-    return read_events(parse_xspace(data)), facts
+    return _committed_trace("ops_trace")
 
 
 def _fixture_record(facts: dict) -> Record:
@@ -154,6 +160,13 @@ def _fixture_capture(facts: dict) -> OpsCapture:
         anchor_s=facts["anchor_s"],
         trace_bytes=1,
     )
+
+
+def _committed_summary(events: Any, facts: dict) -> dict:
+    """The ops window's summary of a committed trace, over every step it recorded."""
+    ops = ops_summary(events, _fixture_capture(facts), _fixture_record(facts))
+    assert ops["window"]["steps"] == len(facts["steps"])
+    return ops
 
 
 def test_split_op_reads_tensorflow_op_events_only():
@@ -202,10 +215,7 @@ def test_reader_on_the_committed_trace(fixture_trace):
 
 def test_summary_of_the_committed_trace(fixture_trace):
     events, facts = fixture_trace
-    steps = facts["steps"]
-    capture = _fixture_capture(facts)
-    ops = ops_summary(events, capture, _fixture_record(facts))
-    assert ops["window"]["steps"] == len(steps)
+    ops = _committed_summary(events, facts)
     assert_sound_window(ops)
     assert any("MatMul" in op["type"] for op in ops["top_ops"][:5]), ops["top_ops"]
     # The fixture's model's layers, `dense` and `dense_1` (their ops in scopes `dense_1` and
@@ -223,9 +233,7 @@ def gpu_trace():
     """Six steps of a small training loop on an NVIDIA H200, traced by JAX's profiler (TSL's,
     as TensorFlow's; make_gpu_trace.py): the first step compiled and autotuned, the next five
     each copied a batch in, ran ten kernels and copied the loss out."""
-    data = gzip.decompress((FIXTURES / "gpu_trace.xplane.pb.gz").read_bytes())
-    facts = json.loads((FIXTURES / "gpu_trace.json").read_text())
-    return read_events(parse_xspace(data)), facts
+    return _committed_trace("gpu_trace")
 
 
 def _step_span_ns(facts: dict, start: float, duration: float) -> tuple[int, int]:
@@ -260,9 +268,7 @@ def test_reader_on_a_real_gpu_trace(gpu_trace):
 def test_summary_of_a_real_gpu_trace(gpu_trace):
     events, facts = gpu_trace
     steps = facts["steps"]
-    capture = _fixture_capture(facts)
-    ops = ops_summary(events, capture, _fixture_record(facts))
-    assert ops["window"]["steps"] == len(steps)
+    ops = _committed_summary(events, facts)
     for step, (start, duration) in zip(ops["per_step"][1:], steps[1:], strict=True):
         parts = [step[p] for p in ("input", "collective", "device_ops", "host_ops", "other")]
         assert sum(parts) == pytest.approx(step["duration"], rel=1e-6, abs=1e-6)

@@ -932,6 +932,32 @@ def test_input_bound_on_a_recorded_run_says_what_the_dataset_lacks_without_the_c
     assert input_bound.check(quiet, None) is None
 
 
+def test_a_cache_is_offered_only_where_the_pipeline_has_work_to_keep():
+    """Arrays already in memory that are shuffled, resampled and batched (the imbalanced-data
+    tutorial's `sample_from_datasets`, whose own map draws the choices) have nothing a
+    `.cache()` could keep; a deterministic map of the code's has."""
+    from tfdiag_magic.diagnose import input_bound
+    from tfdiag_magic.record import DatasetStage
+
+    head = (DatasetStage("PrefetchDataset", 0), DatasetStage("BatchDataset", 1))
+    select = DatasetStage(
+        "MapDataset", 3, True, "select_dataset_constant_logits", random=True, library=True
+    )
+    arrays = (
+        DatasetStage("RepeatDataset", 3, True),
+        DatasetStage("ShuffleDataset", 4, True),
+        DatasetStage("TensorSliceDataset", 5, True),
+    )
+    resampled = (*head, DatasetStage("DirectedInterleaveDataset", 2), select, *arrays)
+    f = input_bound.check(recorded_fit(*resampled), None)
+    assert f is not None and f.fix.startswith("Nothing is left to add")
+    assert "cache" not in f.fix, f.fix
+
+    decode = DatasetStage("ParallelMapDataset", 2, function="decode", parallel=True)
+    f = input_bound.check(recorded_fit(*head, decode, *arrays), None)
+    assert f is not None and "`.cache()` after the steps that are the same every epoch" in f.fix
+
+
 def test_input_bound_names_where_the_pipelines_work_goes_from_its_runtime_model():
     """The runtime model's stages, per batch, the most first, with each map named by its
     function where the runtime's maps and the pipeline's are as many; where most of the work is

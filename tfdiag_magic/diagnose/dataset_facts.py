@@ -185,7 +185,7 @@ def by_hand(structure: DatasetStructure) -> str:
             " parallel (`interleave(..., num_parallel_calls=tf.data.AUTOTUNE)`,"
             " `num_parallel_reads`), on a local disk"
         )
-    if not cached(structure):
+    if not cached(structure) and _work_a_cache_keeps(structure):
         steps.append(
             "`.cache()` after the steps that are the same every epoch, before any shuffle or"
             " random augmentation, if their output fits in memory (`cache(path)` otherwise)"
@@ -195,6 +195,16 @@ def by_hand(structure: DatasetStructure) -> str:
         " of training; tf.data shares the machine's CPU cores with the training step"
     )
     return "Left to do by hand: " + "; ".join(steps) + "."
+
+
+def _work_a_cache_keeps(structure: DatasetStructure) -> bool:
+    """Whether any stage does work that is the same every epoch: a function that draws no
+    random numbers, a file read, a generator. A pipeline of arrays already in memory that only
+    shuffles, samples and batches has none, and a `.cache()` there would keep nothing."""
+    return any(
+        (s.kind in _FUNCTION_KINDS and not s.random) or s.reads_files or s.python
+        for s in structure.stages
+    )
 
 
 def _and(items: list[str]) -> str:

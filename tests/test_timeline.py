@@ -15,7 +15,7 @@ import pytest
 
 from tfdiag_magic.record import STEP_COLUMNS, DroppedSteps, Kind, Phase, Record, empty_columns
 from tfdiag_magic.timeline import step_timeline
-from tfdiag_magic.views.timeline import timeline_svg, timeline_text
+from tfdiag_magic.views.timeline import timeline_svg, timeline_text, window_words
 
 SETUP = """
 import time
@@ -202,6 +202,7 @@ def test_the_window_is_steady_one_epoch_and_exact():
     }
     assert timeline["between_share"] == pytest.approx(0.3)
     assert timeline["step_starts"][0] == pytest.approx(0.008)
+    assert timeline["unsteady"] == [] and "not steady" not in window_words(timeline)
 
 
 def test_the_window_holds_no_pause_for_other_work():
@@ -224,6 +225,16 @@ def test_without_a_steady_window_the_one_with_least_tracing_and_time_is_drawn():
     first = timeline["first_step"]
     assert sum(traced[first - 1 : first + 6]) == 1, timeline
     assert timeline["span"] < 0.1, timeline
+    # And it is not called steady: the words say what every window held.
+    assert timeline["unsteady"] == ["tracing"], timeline
+    assert window_words(timeline).endswith(
+        "; not steady: no window of three steps or more in this run is free of tracing, epoch"
+        " ends and pauses, and this one holds tracing"
+    )
+    # A pause in every window, and an epoch's end: each is named.
+    record = _record([False] * 4, [0, 0, 1, 1])
+    record.steps["start"][2:] += 1.0
+    assert step_timeline(record)["unsteady"] == ["an epoch's end", "a pause for other work"]
 
 
 def test_waits_too_short_to_see_are_not_drawn_as_waiting():

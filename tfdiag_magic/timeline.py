@@ -52,6 +52,7 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
         if steady:
             first, count = candidate, size
     window = rows[first : first + count]
+    unsteady = [] if steady else _what_unsteadies(*columns, first, count)
     t0 = float(ends[first - 1])
     t1 = float(ends[first + count - 1])
     if not t1 > t0:
@@ -83,7 +84,34 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
         "shares": {kind: round(value, 4) for kind, value in shares.items()},
         "between_share": round(max(1.0 - sum(shares.values()), 0.0), 4),
         "fit_input_inside": bool((kinds[window] == Kind.KERAS).any()),
+        # Empty for a steady window; else what every window of three steps or more held.
+        "unsteady": unsteady,
     }
+
+
+def _what_unsteadies(
+    traced: np.ndarray,
+    epochs: np.ndarray,
+    loops: np.ndarray,
+    ends: np.ndarray,
+    first: int,
+    count: int,
+) -> list[str]:
+    """What keeps the window at `first` of `count` steps from being steady (the tests of
+    `_steady_window`), in words: where no window is steady, the views say so rather than call
+    the steps steady."""
+    span = slice(first - 1, first + count)
+    reasons = []
+    if traced[span].any():
+        reasons.append("tracing")
+    if (np.diff(epochs[span]) != 0).any():
+        reasons.append("an epoch's end")
+    if (np.diff(loops[span]) != 0).any():
+        reasons.append("a change of loop")
+    typical = float(np.median(np.diff(ends)))
+    if ends[first + count - 1] - ends[first - 1] > 2 * count * typical:
+        reasons.append("a pause for other work")
+    return reasons
 
 
 def _steady_window(

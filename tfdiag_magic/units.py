@@ -1,5 +1,5 @@
-"""Human-readable numbers (seconds, bytes, shares, rates): used by the findings' texts and the
-views alike, so it lies below both."""
+"""Human-readable numbers (seconds, bytes, shares, rates) and lists: used by the findings'
+texts and the views alike, so it lies below both."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ def seconds(value: float | None) -> str:
     if value < 120:
         return f"{value:.2f} s"
     return f"{value / 60:.1f} min"
+
+
+def and_list(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def size(value: int | float | None) -> str:

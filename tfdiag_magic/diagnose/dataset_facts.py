@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..record import DatasetStage, DatasetStructure, KerasCall, Record
+from ..units import and_list
 
 # Stages with a function of the user's (or of a Keras utility) that they run per element.
 _FUNCTION_KINDS = {
@@ -158,7 +159,7 @@ def where(structure: DatasetStructure) -> str:
         done.append("maps in parallel")
     sentence = "Its work: " + "; ".join(work) + "." if work else "No stage of it maps or reads."
     if done:
-        sentence += " It already " + _and(done) + "."
+        sentence += " It already " + and_list(done) + "."
     return sentence
 
 
@@ -174,7 +175,7 @@ def by_hand(structure: DatasetStructure) -> str:
     named = sorted({s.function for s in python if s.function not in ("", "from_generator")})
     if named:
         steps.append(
-            _and([f"`{name}`" for name in named])
+            and_list([f"`{name}`" for name in named])
             + (" runs" if len(named) == 1 else " run")
             + " Python, which holds the GIL whatever `num_parallel_calls` says: write it with"
             " TensorFlow ops, or do that work once, offline, and save its result"
@@ -205,7 +206,3 @@ def _work_a_cache_keeps(structure: DatasetStructure) -> bool:
         (s.kind in _FUNCTION_KINDS and not s.random) or s.reads_files or s.python
         for s in structure.stages
     )
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -12,7 +12,7 @@ import html
 import math
 from typing import Any
 
-from ..units import seconds
+from ..units import and_list, seconds
 
 COLORS = {"compute": "#3b82f6", "wait": "#f59e0b", "callbacks": "#10b981"}
 BETWEEN_COLOR = "#d1d5db"
@@ -122,10 +122,17 @@ def window_words(timeline: dict[str, Any]) -> str:
         f"{LABELS[kind]} {100 * shares[kind]:.0f}%" for kind in LABELS if shares.get(kind, 0) > 0
     ]
     parts.append(f"between steps {100 * timeline['between_share']:.0f}%")
-    return (
+    words = (
         f"{timeline['phase']} steps {first}-{first + timeline['steps'] - 1} "
         f"({seconds(timeline['span'])}): " + ", ".join(parts)
     )
+    unsteady = timeline.get("unsteady")
+    if unsteady:  # reports written before the key have none: their windows were called steady
+        words += (
+            "; not steady: no window of three steps or more in this run is free of tracing,"
+            f" epoch ends and pauses, and this one holds {and_list(unsteady)}"
+        )
+    return words
 
 
 def timeline_text(timeline: dict[str, Any] | None) -> list[str]:

@@ -432,3 +432,28 @@ def test_tensorflows_deprecation_warning_prints_as_in_the_plain_script(tmp_path)
     assert profiled.status == reference.status == 0
     assert profiled.stderr == reference.stderr
     assert profiled.stdout.startswith(reference.stdout)
+
+
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_tensorflow_starts_with_the_settings_the_script_makes_before_importing_it(tmp_path, value):
+    """TensorFlow reads `TF_ENABLE_ONEDNN_OPTS` once, when it is imported: a script that sets
+    it before its import gets the kernels it asked for (and their last digits), though the
+    tool imports TensorFlow before the script's first line. Both values: one of them is the
+    machine's default, which would pass with the setting ignored (off on this 2-vCPU EPYC
+    without AVX-512, on where AVX-512 is)."""
+    script = tmp_path / "onednn.py"
+    script.write_text(
+        "import os\n"
+        f"os.environ['TF_ENABLE_ONEDNN_OPTS'] = '{value}'\n"
+        "import tensorflow as tf\n"
+        "from tensorflow.python.util import _pywrap_util_port\n"
+        "print('oneDNN', _pywrap_util_port.IsMklEnabled())\n",
+        encoding="utf-8",
+    )
+    profiled = _subprocess(
+        ["-m", "tfdiag_magic", "profile", "--json", "r.json", f"./{script.name}"], tmp_path
+    )
+    assert profiled.status == 0, profiled.stderr
+    assert profiled.stdout.startswith(f"oneDNN {value == '1'}\n"), profiled.stdout
+    facts = json.loads((tmp_path / "r.json").read_text())["environment"]
+    assert facts["environment_set_before_tensorflow"] == {"TF_ENABLE_ONEDNN_OPTS": value}

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import active
+from .early_environment import set_early
 from .probes import Probe
 from .probes.cpu_wait import CpuWaitProbe
 from .probes.dataset_waits import DatasetWaitProbe
@@ -106,6 +107,8 @@ class Session:
 
     def start(self) -> ProfileResult:
         """Install every probe; returns the result object that `stop()` fills."""
+        # The code's own settings for TensorFlow first, where this import starts it.
+        early = set_early(self.source)
         tf = import_tensorflow()
         rec = Recorder(memory_interval=self.options.memory_interval)
         rec.loops = list(self.loops)
@@ -117,6 +120,8 @@ class Session:
             gpus = [d.name for d in device_settings().list_physical_devices("GPU")]
             self._facts = _environment_facts(tf, gpus)
             self._facts["namespace_modules"] = _namespace_modules(self.namespace)
+            if early:
+                self._facts["environment_set_before_tensorflow"] = early
             probes: list[Probe] = [
                 MemoryProbe(gpus),
                 WarningsProbe(),

@@ -10,8 +10,10 @@ import pytest
 from tests.diagnosis_support import assert_silent, the
 from tests.helpers import profiled
 from tfdiag_magic.diagnose import keras_epoch_setup
-from tfdiag_magic.diagnose.keras_epoch_setup import fit_epochs
+from tfdiag_magic.fit_epochs import fit_epochs
 from tfdiag_magic.record import KerasCall, Kind, Phase, Record
+from tfdiag_magic.stats import time_split
+from tfdiag_magic.views.text import split_parts
 
 # The shape of TensorFlow's tabular regression tutorial: 314 rows of 9 features, a 64-64-1
 # model, `fit(x, y, validation_split=0.2, epochs=100)`: 8 training batches and 2 validation
@@ -93,6 +95,9 @@ def test_time_in_the_users_epoch_callbacks_is_not_kerass_set_up(tab):
     assert result.success
     assert r.record.epoch_hook_seconds >= 12 * 0.25
     assert_silent(r, "keras-epoch-setup")
+    # The run's time split counts the sleeps as the callbacks', not as Keras' set-up.
+    split = time_split(r.record)
+    assert split.callbacks >= 12 * 0.25 and split.epoch_setup < 0.5 * split.callbacks, split
 
 
 def _fit_record(epochs: int, steps: int, step_s: float, gap_s: float) -> Record:
@@ -107,6 +112,9 @@ def _fit_record(epochs: int, steps: int, step_s: float, gap_s: float) -> Record:
         t += gap_s
     n = len(starts)
     record = Record()
+    for name, column in record.steps.items():  # every column, at its empty value
+        record.steps[name] = np.zeros(n, dtype=column.dtype)
+    record.steps["data_wait"] = np.full(n, np.nan)
     record.steps["start"] = np.array(starts)
     record.steps["duration"] = np.full(n, step_s)
     record.steps["phase"] = np.full(n, Phase.TRAIN, dtype=np.uint8)
@@ -139,3 +147,20 @@ def test_a_long_set_up_between_epochs_needs_only_to_match_the_epochs_training(st
     if found:
         assert finding.evidence["setup_per_epoch_s"] == pytest.approx(gap_s, rel=0.01)
         assert "repeat()" in finding.fix and "steps_per_epoch" in finding.fix
+
+
+def test_the_time_split_gives_kerass_epoch_set_up_and_the_epoch_hooks_their_own_parts():
+    """Between epochs: Keras' own set-up (11 gaps of 0.25 s, less the callbacks' epoch hooks)
+    and the callbacks' epoch hooks, each a part of the time split, no longer "other"."""
+    record = _fit_record(12, 10, 0.02, 0.25)
+    record.epoch_hook_seconds = 0.5
+    split = time_split(record)
+    assert split.compute == pytest.approx(2.4)
+    assert split.epoch_setup == pytest.approx(11 * 0.25 - 0.5)
+    assert split.callbacks == pytest.approx(0.5)
+    # What is left: the gap after the last epoch and the run's last half second.
+    assert split.other == pytest.approx(0.25 + 0.5)
+    labels = dict(split_parts(split.to_dict()))
+    assert labels["epoch set-up"] == pytest.approx(2.25) and "callbacks" in labels
+    # A fit of one epoch has no time between epochs.
+    assert time_split(_fit_record(1, 10, 0.02, 0.25)).epoch_setup == 0.0

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .fit_epochs import epoch_setup_seconds
 from .record import PHASES, Kind, Record
 
 _LOOP = PHASES.index("loop")
@@ -59,7 +60,9 @@ class TimeSplit:
     data_wait_observable: bool  # waits were measured: the code's loops or iterators
     data_wait_note: str = ""  # what the data wait does not cover, when that matters
     tracing: float = 0.0  # building tf.function graphs (inside steps or not)
-    callbacks: float = 0.0  # Keras callbacks around the batches
+    callbacks: float = 0.0  # Keras callbacks: around the batches, and their epoch hooks
+    # Keras' own work between a fit's epochs: the next epoch's iterator, logs (`fit_epochs`)
+    epoch_setup: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -264,7 +267,8 @@ def time_split(record: Record) -> TimeSplit:
             np.concatenate((step_durations, trace_durations)),
         )
         compute -= compute + tracing - both  # less the tracing inside steps
-    callbacks = float(np.nansum(steps["callback_time"]))
+    # The callbacks' batch hooks (each step's row) and epoch hooks (a checkpoint saved).
+    callbacks = float(np.nansum(steps["callback_time"])) + record.epoch_hook_seconds
     loop_waits = steps["data_wait"][is_loop]
     data_wait = float(np.nansum(loop_waits)) if loop_waits.size else 0.0
     # next() on tf.data iterators outside the instrumented loops (a loop in an imported module,
@@ -307,8 +311,11 @@ def time_split(record: Record) -> TimeSplit:
         inner_waits += float(record.facts.get("inner_loop_end_wait_s", 0.0) or 0.0)
         compute = float(steps["duration"][outer].sum()) - inner_waits
     compute = max(compute, 0.0)
-    other = max(wall - compute - data_wait - tracing - callbacks, 0.0)
-    return TimeSplit(wall, compute, data_wait, other, observable, note, tracing, callbacks)
+    epoch_setup = epoch_setup_seconds(record)
+    other = max(wall - compute - data_wait - tracing - callbacks - epoch_setup, 0.0)
+    return TimeSplit(
+        wall, compute, data_wait, other, observable, note, tracing, callbacks, epoch_setup
+    )
 
 
 def _covered_time(starts: np.ndarray, durations: np.ndarray) -> float:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
 from ..findings import Finding
-from ..record import KerasCall, Phase, Record
+from ..fit_epochs import fit_epochs
+from ..record import Record
 from ..rewrite import datasets_built_once
 from ..units import seconds, share
 from .evidence import call_label, first_rewrite, rounded, with_rewrite
@@ -68,51 +65,6 @@ MIN_SETUP_TO_WORK = 1.5  # the set-up of an epoch against its training steps' ti
 # needs only to match the epoch's training (see the threshold).
 LONG_SETUP_S = 0.5
 MIN_LONG_SETUP_TO_WORK = 1.0
-
-
-@dataclass(frozen=True)
-class EpochSetup:
-    """One fit call's epochs and the time between them that was Keras' own."""
-
-    call: KerasCall
-    epochs: int
-    boundaries: int  # epoch ends followed by another epoch in the call
-    setup: float  # seconds between epochs, less the steps and batch hooks in them
-    train_time: float  # seconds in the call's training steps
-    train_steps: int
-
-
-def fit_epochs(record: Record, call: KerasCall) -> EpochSetup | None:
-    """The epochs of a top-level `fit` call and the gaps between them, from its step rows."""
-    steps = record.steps
-    starts = steps["start"]
-    lo, hi = np.searchsorted(starts, (call.start, call.start + call.duration), side="left")
-    phase = steps["phase"][lo:hi]
-    train = np.flatnonzero(phase == Phase.TRAIN)
-    if train.size < 2:
-        return None
-    epoch = steps["epoch"][lo:hi][train]
-    durations = steps["duration"][lo:hi]
-    callbacks = steps["callback_time"][lo:hi].astype(np.float64)
-    ends = starts[lo:hi] + durations
-    last = np.flatnonzero(epoch[1:] != epoch[:-1])  # indices into `train` of each epoch's end
-    if last.size == 0:
-        return None
-    before, after = train[last], train[last + 1]  # rows (in the call) around each boundary
-    gaps = starts[lo:hi][after] - ends[before]
-    # Rows inside a gap (validation steps) and the batch hooks around the boundary's rows.
-    busy = np.concatenate(([0.0], np.cumsum(durations + callbacks)))
-    inside = busy[after] - busy[before + 1]
-    hooks = callbacks[before] + callbacks[after]
-    setup = float(np.maximum(gaps - inside - hooks, 0.0).sum())
-    return EpochSetup(
-        call=call,
-        epochs=int(np.unique(epoch).size),
-        boundaries=int(last.size),
-        setup=setup,
-        train_time=float(durations[train].sum()),
-        train_steps=int(train.size),
-    )
 
 
 def check(record: Record, source: str | None) -> Finding | None:

@@ -93,6 +93,7 @@ SPLIT_COLORS = {
     "tracing": "#ef4444",
     "data wait": "#f59e0b",
     "callbacks": "#10b981",
+    "epoch set-up": "#8b5cf6",
     "other": "#9ca3af",
 }
 STATIC_TABLE_ROWS = 10  # first and last rows of the per-step table in the notebook view

@@ -282,14 +282,23 @@ def finding_lines(index: int, finding: dict[str, Any], report: dict[str, Any]) -
     return lines
 
 
+# The time split's parts shown only where there were any: (key in the report, label).
+OPTIONAL_PARTS = (
+    ("tracing", "tracing"),
+    ("callbacks", "callbacks"),
+    ("epoch_setup", "epoch set-up"),  # Keras' own work between a fit's epochs
+)
+
+
 def split_parts(split: dict[str, Any]) -> list[tuple[str, float | None]]:
     """The time split's parts, largest first, as (label, seconds): compute, tracing, data
-    wait, callbacks, other; data wait is None (last) where it was not measured. Tracing and
-    callbacks are left out where there were none (and in reports written before them)."""
+    wait, callbacks, Keras' epoch set-up, other; data wait is None (last) where it was not
+    measured. Tracing, callbacks and epoch set-up are left out where there were none (and in
+    reports written before them)."""
     parts: list[tuple[str, float | None]] = [("compute", split["compute"])]
-    for key in ("tracing", "callbacks"):
+    for key, label in OPTIONAL_PARTS:
         if split.get(key):
-            parts.append((key, split[key]))
+            parts.append((label, split[key]))
     parts.append(("other", split["other"]))
     parts.append(("data wait", split["data_wait"] if split["data_wait_observable"] else None))
     measured = [(name, value) for name, value in parts if value is not None]

@@ -216,11 +216,18 @@ def test_classes_defined_by_the_script_pickle_as_in_a_plain_run(clean_run):
     assert _tagged(proc.stdout, "PICKLED") == "True", proc.stderr
 
 
-def test_failing_script_exits_1_prints_its_traceback_and_keeps_the_steps(tmp_path):
-    script = tmp_path / "fails.py"
+@pytest.fixture(scope="module")
+def failing_run(tmp_path_factory):
+    """The failing script, profiled without --json: its report goes beside it."""
+    folder = tmp_path_factory.mktemp("failing")
+    script = folder / "fails.py"
     script.write_text(FAILING_SCRIPT, encoding="utf-8")
-    out = tmp_path / "fails.json"
-    proc = _python("-m", "tfdiag_magic", "profile", "--json", str(out), str(script), cwd=tmp_path)
+    proc = _python("-m", "tfdiag_magic", "profile", str(script), cwd=folder)
+    return proc, script, folder
+
+
+def test_failing_script_exits_1_prints_its_traceback_and_keeps_the_steps(failing_run):
+    proc, script, folder = failing_run
     assert proc.returncode == 1
     # the script's own exception, with its own frames, on stderr
     assert "Traceback (most recent call last):" in proc.stderr
@@ -229,20 +236,18 @@ def test_failing_script_exits_1_prints_its_traceback_and_keeps_the_steps(tmp_pat
     assert f'File "{script}", line 13, in check_data' in proc.stderr
     assert "3 training steps" in proc.stdout
     assert "stopped by ValueError" in proc.stdout
-    report = _strict_json(out.read_text(encoding="utf-8"))
+    report = _strict_json((folder / "fails.tfdiag.json").read_text(encoding="utf-8"))
     assert report["steps"]["count"] == 3
     assert report["error"]["type"] == "ValueError"
     assert report["error"]["message"] == "corrupt batch 3"
     assert report["error"]["step"] == 3
 
 
-def test_default_json_path_is_next_to_the_script(tmp_path):
-    script = tmp_path / "fails.py"
-    script.write_text(FAILING_SCRIPT, encoding="utf-8")
-    proc = _python("-m", "tfdiag_magic", "profile", str(script), cwd=tmp_path)
+def test_default_json_path_is_next_to_the_script(failing_run):
+    proc, _, folder = failing_run
     assert proc.returncode == 1
-    report = _strict_json((tmp_path / "fails.tfdiag.json").read_text(encoding="utf-8"))
-    assert report["error"]["type"] == "ValueError"
+    assert sorted(path.name for path in folder.iterdir()) == ["fails.py", "fails.tfdiag.json"]
+    assert "JSON report: " in proc.stdout and "fails.tfdiag.json" in proc.stdout
 
 
 def test_missing_script_exits_2_with_a_clear_message(tmp_path):

@@ -6,17 +6,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import profiled, profiled_script, run_cell
 from tfdiag_magic.diagnose.causes import growing_in_loops
 
 DEMO = Path(__file__).resolve().parent.parent / "tfdiag_magic" / "examples" / "retracing_demo.py"
 
 
-def test_the_demos_memory_growth_is_shown_as_the_retracing_and_goes_with_it(ip):
+@pytest.fixture(scope="module")
+def demo(shell):
+    """The demo profiled once, for the tests that fix it in two ways (each test's own
+    namespace gets the result back as ``r``, the name ``--compare r`` reads)."""
+    shell.reset(new_session=False)
     source = DEMO.read_text()
-    body = source[source.index("import keras") :]
-    result, r = profiled(ip, body)
+    result, r = profiled(shell, source[source.index("import keras") :])
     assert result.success
+    return r
+
+
+def test_the_demos_memory_growth_is_shown_as_the_retracing_and_goes_with_it(ip, demo):
+    ip.user_ns["r"] = r = demo
     by_code = {f.code: f for f in r.findings}
     retracing, memory = by_code["retracing"], by_code["host-memory-growth"]
     assert retracing.caused_by is None
@@ -63,13 +73,10 @@ def test_retracing_now_and_then_does_not_claim_a_leak_of_its_own(ip):
     assert memory is not None and memory.caused_by is None
 
 
-def test_the_demos_fixes_in_one_cell_keep_each_other(ip):
+def test_the_demos_fixes_in_one_cell_keep_each_other(ip, demo):
     """The combined rewrite of the demo: the tf.data pipeline of one fix still passes the
     tensor step of the other; run under --compare it resolves every finding it fixes."""
-    source = DEMO.read_text()
-    body = source[source.index("import keras") :]
-    result, r = profiled(ip, body)
-    assert result.success
+    ip.user_ns["r"] = r = demo
     fixed = {f.code for f in r.findings if f.rewrite}
     assert {"retracing", "per-step-host-conversion"} <= fixed
     combined = r.combined_rewrite

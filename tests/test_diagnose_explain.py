@@ -35,6 +35,7 @@ CODES = [
     "eager-step",
     "repeated-keras-call",
     "keras-epoch-setup",
+    "epoch-start-stall",
     "model-rebuilt-in-loop",
     "progressive-slowdown",
     "host-memory-growth",

@@ -344,6 +344,25 @@ class DatasetStructure:
     complete: bool = True  # every stage was read (False: the pipeline was longer than read)
 
 
+@dataclass(frozen=True)
+class EpochStart:
+    """The time between an epoch's start (its callbacks' `on_epoch_begin` done) and its first
+    training batch, in a top-level `fit`: Keras makes the epoch's iterator over the data then,
+    and lets the last one go. Where the kernel counts it, how much of that time the run's
+    thread was on a CPU or waiting for one; the rest it slept (`epoch-start-stall`)."""
+
+    time: float  # seconds since the run started, at the epoch's start
+    epoch: int
+    wall: float
+    on_cpu: float  # NaN where the kernel keeps no per-thread counts
+    cpu_wait: float  # NaN likewise
+
+    @property
+    def asleep(self) -> float:
+        """Seconds the thread neither ran nor waited for a CPU (NaN where not counted)."""
+        return max(self.wall - self.on_cpu - self.cpu_wait, 0.0)
+
+
 @dataclass
 class ModelBuilt:
     """A Keras model constructed during the run."""
@@ -453,6 +472,8 @@ class Record:
     config_calls: list[ConfigCall] = field(default_factory=list)
     callback_seconds: dict[str, float] = field(default_factory=dict)  # callback class -> s
     epoch_hook_seconds: float = 0.0  # in Keras callbacks' on_epoch_begin/end (all fits)
+    # Each epoch start of the top-level fits, from the epoch's callbacks to its first batch
+    epoch_starts: list[EpochStart] = field(default_factory=list)
     trained: list[TrainedState] = field(default_factory=list)  # what trained, see TrainedState
     datasets: list[DatasetStructure] = field(default_factory=list)  # tf.data pipelines consumed
     # Rows a long run's table left out, as exact sums (None: the table holds every row).

@@ -32,6 +32,7 @@ from .record import (
     PHASES,
     STEP_COLUMNS,
     DroppedSteps,
+    EpochStart,
     ErrorInfo,
     KerasCall,
     KerasCallGroup,
@@ -292,6 +293,7 @@ class Recorder:
         self.datasets: list[Any] = []  # DatasetStructure (probes/dataset_structure.py)
         self.callback_seconds: dict[str, float] = {}  # Keras callback class -> seconds
         self.epoch_hook_seconds = 0.0  # in the callbacks' on_epoch_begin/end, every fit's
+        self.epoch_starts: list[EpochStart] = []  # the top-level fits' (see `EpochStart`)
         self.pending_host_bytes = 0.0  # NumPy bytes the cell converted since the last step
         self.keras_batch = NAN  # batch size of the running fit/evaluate/predict, when known
         # The running top-level `fit`'s callback list (its ``params``: epochs, steps) and the
@@ -1080,6 +1082,7 @@ class Recorder:
             config_calls=list(self.config_calls),
             callback_seconds=dict(self.callback_seconds),
             epoch_hook_seconds=self.epoch_hook_seconds,
+            epoch_starts=list(self.epoch_starts),
             datasets=list(self.datasets),
             dropped=left_out,
             step_index=index,

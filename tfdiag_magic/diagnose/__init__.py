@@ -26,6 +26,7 @@ RULE_MODULES: tuple[str, ...] = (
     "eager_step",
     "repeated_keras_call",
     "keras_epoch_setup",
+    "epoch_start_stall",
     "model_rebuilt_in_loop",
     "progressive_slowdown",
     "host_memory_growth",

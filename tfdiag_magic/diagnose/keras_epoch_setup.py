@@ -7,6 +7,7 @@ from ..fit_epochs import fit_epochs
 from ..record import Record
 from ..rewrite import datasets_built_once
 from ..units import seconds, share
+from .epoch_start_stall import measured_starts
 from .evidence import call_label, first_rewrite, rounded, with_rewrite
 
 CODE = "keras-epoch-setup"
@@ -81,7 +82,10 @@ def check(record: Record, source: str | None) -> Finding | None:
     epochs = sum(fit.epochs for fit in fits)
     boundaries = sum(fit.boundaries for fit in fits)
     # The callbacks' epoch hooks are measured over the whole run: all of it is left out.
-    setup = max(sum(fit.setup for fit in fits) - record.epoch_hook_seconds, 0.0)
+    # So is the time the epochs' starts slept, waiting for an iterator to shut down: not
+    # Keras' work, and `epoch-start-stall`'s finding.
+    asleep = sum(start.asleep for _, start in measured_starts(record))
+    setup = max(sum(fit.setup for fit in fits) - record.epoch_hook_seconds - asleep, 0.0)
     train_time = sum(fit.train_time for fit in fits)
     if epochs < MIN_EPOCHS or boundaries == 0:
         return None

@@ -176,6 +176,18 @@ def thread_times(thread: int | None = None) -> ThreadTimes | None:
     return ThreadTimes(waited / 1e9, ran / 1e9, own / 1e9, own_waited / 1e9)
 
 
+def this_thread_times() -> tuple[float, float] | None:
+    """The calling thread's seconds on a CPU and waiting in a run queue, or None where the
+    kernel keeps no counts (one small file read: for a few reads a run, not per step)."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as file:
+            fields = file.read().split()
+        ran, waited = int(fields[0]), int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return (ran / 1e9, waited / 1e9) if ran else None
+
+
 def _usable_cpus() -> int:
     return max(1, len(_usable_cpu_ids()))
 

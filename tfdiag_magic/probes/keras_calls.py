@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ..record import KerasCall, Kind, Phase, Record
+from ..record import EpochStart, KerasCall, Kind, Phase, Record
 from ..recorder import Recorder, StepMark
+from .cpu_wait import this_thread_times
 from .dataset_structure import note_dataset
 from .input_meter import InputWaitMeter
 from .inputs import batch_size_of, data_kind, inspect_inputs
@@ -225,6 +226,9 @@ class KerasProbe:
         self._epoch_iterator: Any = None  # Keras' epoch iterator of the running top-level fit
         self._last_list: Any = None  # the CallbackList of the latest batch (see batch_begin)
         self._steps: int | None = None  # batches per epoch of the running top-level fit
+        # The top-level fit's epoch that began (its callbacks done) and has no batch yet:
+        # (epoch, wall clock, this thread's CPU and run-queue seconds or None)
+        self._epoch_began: tuple[int, float, tuple[float, float] | None] | None = None
         owner = defining_class(keras.Model, "compile")
         self._patcher.replace(owner, "compile", self._compile(rec, vars(owner)["compile"]))
         for name in _DRIVERS:
@@ -263,7 +267,7 @@ class KerasProbe:
             try:
                 self._call_patcher.restore()
             finally:
-                self._meter = self._epoch_iterator = self._last_list = None
+                self._meter = self._epoch_iterator = self._last_list = self._epoch_began = None
                 self._patcher.restore()
 
     def finish(self, record: Record) -> None:
@@ -540,8 +544,8 @@ class KerasProbe:
             if rec.driver_depth and not rec.step_depth and here.main:
                 after = clock()
                 probe._open = (phase, batch, after, after - before)
-                if is_train and batch == 0 and rec.driver_depth == 1 and probe._meter is not None:
-                    probe._epoch_starts(self)  # an epoch of the top-level fit begins
+                if is_train and batch == 0 and rec.driver_depth == 1:
+                    probe._epoch_starts(rec, self)  # an epoch of the top-level fit begins
             return result
 
         return wraps_exactly(batch_begin, original)
@@ -552,9 +556,20 @@ class KerasProbe:
         if id(callbacks) not in self._timed_lists:
             self._time_callbacks(rec, callbacks)
 
-    def _epoch_starts(self, callbacks: Any) -> None:
-        """Once per epoch of the top-level fit: the epoch's tf.data iterator for the input
-        meter, and the batches an epoch has."""
+    def _epoch_starts(self, rec: Recorder, callbacks: Any) -> None:
+        """Once per epoch of the top-level fit, at its first batch: the time since the epoch
+        began, the epoch's tf.data iterator for the input meter, and the batches an epoch
+        has."""
+        began = self._epoch_began
+        if began is not None:
+            self._epoch_began = None
+            epoch, start, clocks = began
+            wall = perf_counter() - start
+            now = this_thread_times()
+            on_cpu = wait = NAN
+            if clocks is not None and now is not None:
+                on_cpu, wait = now[0] - clocks[0], now[1] - clocks[1]
+            rec.epoch_starts.append(EpochStart(start - rec.t0, epoch, wall, on_cpu, wait))
         self._steps = _batches_per_epoch(callbacks, "train")
         meter = self._meter
         if meter is None:
@@ -622,15 +637,21 @@ class KerasProbe:
         return wraps_exactly(batch_end, original)
 
     def _epoch_begin(self, rec: Recorder, original: Any) -> Any:
+        probe = self
+
         def epoch_begin(self: Any, epoch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
-            if rec.driver_depth and threading.get_ident() == rec.thread_id:
+            own = rec.driver_depth and threading.get_ident() == rec.thread_id
+            if own:
                 rec.keras_epoch = int(epoch)
             before = perf_counter()
             try:
                 return original(self, epoch, logs)
             finally:
-                rec.epoch_hook_seconds += perf_counter() - before
+                after = perf_counter()
+                rec.epoch_hook_seconds += after - before
+                if own and rec.driver_depth == 1:  # the top-level fit's epoch: until its batch
+                    probe._epoch_began = (int(epoch), after, this_thread_times())
 
         return wraps_exactly(epoch_begin, original)
 

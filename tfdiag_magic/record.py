@@ -356,6 +356,9 @@ class EpochStart:
     wall: float
     on_cpu: float  # NaN where the kernel keeps no per-thread counts
     cpu_wait: float  # NaN likewise
+    # The epoch's validation (fit's `evaluate`, from its call to its first batch), not the
+    # epoch's own start: Keras lets the last validation's iterator go and makes a new one
+    validation: bool = False
 
     @property
     def asleep(self) -> float:

@@ -206,6 +206,22 @@ def _current_iterator(epoch_iterator: Any) -> Any:
     return frame.f_locals.get("iterator") if frame is not None else None
 
 
+# An epoch's or a validation's start: (epoch, wall clock, the thread's CPU and run-queue s)
+Began = tuple[int, float, tuple[float, float] | None]
+
+
+def _note_start(rec: Recorder, began: Began, validation: bool) -> None:
+    """The time from `began` to now, and how much of it the thread ran or waited for a CPU,
+    as an `EpochStart` of the record (once per epoch or validation, never per step)."""
+    epoch, start, clocks = began
+    wall = perf_counter() - start
+    now = this_thread_times()
+    on_cpu = wait = NAN
+    if clocks is not None and now is not None:
+        on_cpu, wait = now[0] - clocks[0], now[1] - clocks[1]
+    rec.epoch_starts.append(EpochStart(start - rec.t0, epoch, wall, on_cpu, wait, validation))
+
+
 class KerasProbe:
     name = "keras"
 
@@ -226,9 +242,10 @@ class KerasProbe:
         self._epoch_iterator: Any = None  # Keras' epoch iterator of the running top-level fit
         self._last_list: Any = None  # the CallbackList of the latest batch (see batch_begin)
         self._steps: int | None = None  # batches per epoch of the running top-level fit
-        # The top-level fit's epoch that began (its callbacks done) and has no batch yet:
-        # (epoch, wall clock, this thread's CPU and run-queue seconds or None)
-        self._epoch_began: tuple[int, float, tuple[float, float] | None] | None = None
+        # The top-level fit's epoch that began (its callbacks done) and has no batch yet, and
+        # its validation likewise: (epoch, wall clock, this thread's CPU and run-queue seconds)
+        self._epoch_began: Began | None = None
+        self._validation_began: Began | None = None
         owner = defining_class(keras.Model, "compile")
         self._patcher.replace(owner, "compile", self._compile(rec, vars(owner)["compile"]))
         for name in _DRIVERS:
@@ -267,7 +284,8 @@ class KerasProbe:
             try:
                 self._call_patcher.restore()
             finally:
-                self._meter = self._epoch_iterator = self._last_list = self._epoch_began = None
+                self._meter = self._epoch_iterator = self._last_list = None
+                self._epoch_began = self._validation_began = None
                 self._patcher.restore()
 
     def finish(self, record: Record) -> None:
@@ -418,6 +436,9 @@ class KerasProbe:
                 probe._meter = meter
                 if name == "fit" and weakref.ref(self) not in rec.trained:
                     rec.first_training(self)  # before its first batch: its state as it came
+            elif name == "evaluate" and rec.driver_depth == 1:
+                # A fit's validation: until its first batch (the last one's iterator goes).
+                probe._validation_began = (rec.keras_epoch, perf_counter(), this_thread_times())
             rec.driver_depth += 1
             rec.driver_eager = bool(getattr(self, "run_eagerly", False)) or _functions_eager()
             rec.take_wait()  # what the cell waited for before calling Keras is not a batch's
@@ -546,6 +567,9 @@ class KerasProbe:
                 probe._open = (phase, batch, after, after - before)
                 if is_train and batch == 0 and rec.driver_depth == 1:
                     probe._epoch_starts(rec, self)  # an epoch of the top-level fit begins
+                elif batch == 0 and probe._validation_began is not None:
+                    began, probe._validation_began = probe._validation_began, None
+                    _note_start(rec, began, validation=True)
             return result
 
         return wraps_exactly(batch_begin, original)
@@ -563,13 +587,7 @@ class KerasProbe:
         began = self._epoch_began
         if began is not None:
             self._epoch_began = None
-            epoch, start, clocks = began
-            wall = perf_counter() - start
-            now = this_thread_times()
-            on_cpu = wait = NAN
-            if clocks is not None and now is not None:
-                on_cpu, wait = now[0] - clocks[0], now[1] - clocks[1]
-            rec.epoch_starts.append(EpochStart(start - rec.t0, epoch, wall, on_cpu, wait))
+            _note_start(rec, began, validation=False)
         self._steps = _batches_per_epoch(callbacks, "train")
         meter = self._meter
         if meter is None:

@@ -22,6 +22,19 @@ _FUNCTION_KINDS = {
 }
 # Sequential stages that `num_parallel_calls` parallelises, with the method that takes it.
 _SEQUENTIAL = {"MapDataset": "map", "InterleaveDataset": "interleave"}
+# Functions a multi-device or copy-to-device iterator traces when it is created
+# (tensorflow/python/data/ops/multi_device_iterator_ops.py, .../experimental/ops/prefetching_ops.py)
+CROSS_DEVICE_ITERATOR_FUNCTIONS = frozenset({"_remote_next_func"})
+
+
+def iterates_across_devices(record: Record, call: KerasCall) -> bool:
+    """Whether the Keras call iterated a distributed or copy-to-device dataset: such an
+    iterator traces its cross-device functions each time it is made (each epoch)."""
+    end = call.start + call.duration
+    return any(
+        t.function in CROSS_DEVICE_ITERATOR_FUNCTIONS and call.start <= t.time <= end
+        for t in record.traces
+    )
 
 
 def structure_of_call(record: Record, call: KerasCall) -> DatasetStructure | None:

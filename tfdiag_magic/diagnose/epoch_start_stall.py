@@ -8,6 +8,7 @@ import statistics
 from ..findings import Finding
 from ..record import EpochStart, KerasCall, Record
 from ..units import and_list, seconds, share
+from .dataset_facts import iterates_across_devices
 from .evidence import call_label, rounded
 
 CODE = "epoch-start-stall"
@@ -49,6 +50,8 @@ validation whatever `validation_steps` says, and with a repeated validation data
 fit's validations slept 1.3 s.
 
 ## Threshold
+Not for a distributed dataset (`MirroredStrategy`): its iterator starts each device's
+prefetching at every epoch's start, a wait that `keras-epoch-setup` covers, with its fix.
 Three starts or more each asleep 50 ms or more (a healthy start, the iterator made and the
 old one gone, takes 4-10 ms, nearly all of it on the CPU), 1 s asleep in all and 10% of the
 run. Asleep is the start's wall time less the thread's CPU time and its wait for a CPU, as
@@ -71,6 +74,10 @@ def measured_starts(record: Record) -> list[tuple[KerasCall, EpochStart]]:
     found = []
     for call in record.keras_calls:
         if call.api != "fit" or call.data not in TF_DATA_KINDS:
+            continue
+        if iterates_across_devices(record, call):
+            # A distributed iterator starts its devices' prefetching at each epoch's start:
+            # a wait of its own, with a fix of its own (keras-epoch-setup's).
             continue
         end = call.start + call.duration
         for validation in (False, True):

@@ -11,8 +11,10 @@ from ..record import DatasetStructure, InputStageWork, Kind, Phase, Record
 from ..rewrite import tune_input_pipeline
 from ..units import rate, seconds, share
 from .dataset_facts import (
+    CROSS_DEVICE_ITERATOR_FUNCTIONS,
     by_hand,
     cached,
+    iterates_across_devices,
     rewrite_facts,
     structure_of_call,
     structure_of_loop,
@@ -139,9 +141,6 @@ MIN_SHARE = 0.3
 MIN_WAIT = 0.2
 READY_BATCH_S = 0.002  # next() on a ready local iterator: 0.1-0.3 ms measured
 READY_CROSS_DEVICE_BATCH_S = 0.02  # distributed / copy-to-device iterator: 1.5-7 ms measured
-# Functions a multi-device or copy-to-device iterator traces when it is created
-# (tensorflow/python/data/ops/multi_device_iterator_ops.py, .../experimental/ops/prefetching_ops.py)
-CROSS_DEVICE_ITERATOR_FUNCTIONS = frozenset({"_remote_next_func"})
 ITERATOR_START_S = 2.0  # creating a multi-device iterator (before the first wait) takes < 1 s
 # In-graph GetNext on a ready (prefetched) element: 0.01-0.06 ms per batch measured on this
 # 2-CPU machine, with a tiny model, steps_per_execution=16 included.
@@ -571,10 +570,7 @@ def _epoch_starts(record: Record, source: str | None) -> Finding | None:
         if call.api != "fit" or call.data != "dataset" or call.steps < 5:
             continue
         end = call.start + call.duration
-        if any(
-            t.function in CROSS_DEVICE_ITERATOR_FUNCTIONS and call.start <= t.time <= end
-            for t in record.traces
-        ):
+        if iterates_across_devices(record, call):
             # A distributed (multi-device) iterator starts its per-device prefetching at each
             # epoch's first batch: up to 0.8 s here with two CPU replicas, a cost of the
             # strategy that no cache removes.

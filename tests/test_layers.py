@@ -23,6 +23,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": (
         "record",
         "units",
+        "fit_epochs",
+        "early_environment",
         "findings",
         "config",
         "files",

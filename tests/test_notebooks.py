@@ -19,7 +19,9 @@ the times are also written to test-artifacts/notebook-times.json.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -330,9 +332,16 @@ def record_time(name: str, seconds: float, file: str = "notebook-times.json") ->
     artifacts = REPO / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     target = artifacts / file
-    times = json.loads(target.read_text()) if target.exists() else {}
-    times[name] = round(seconds, 1)
-    target.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
+    # Both test workers write their notebooks' times to the one file: one at a time, and the
+    # file replaced whole, so that no reader sees it half written (a worker once read it empty
+    # while the other wrote it, and failed its notebook).
+    with open(artifacts / f".{file}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        times = json.loads(target.read_text()) if target.exists() else {}
+        times[name] = round(seconds, 1)
+        written = artifacts / f".{file}.{os.getpid()}"
+        written.write_text(json.dumps(times, indent=2, sort_keys=True) + "\n")
+        os.replace(written, target)
     print(f"\n{name}: {seconds:.1f} s")
 
 

@@ -32,6 +32,9 @@ model.compile("adam", "mse")
 """
 
 
+# Alone: beside a CPU hog and two other test workers, 60 epochs once had fewer than ten
+# stalled starts (beside a hog alone, 25 of 39 stalled): a miss, never a false alarm.
+@pytest.mark.alone
 def test_epochs_that_start_asleep_while_the_last_iterator_shuts_down_are_found(ip):
     ip.run_cell(PIPELINE)
     result, r = profiled(ip, "model.fit(ds, epochs=60, verbose=0)\n")

@@ -107,12 +107,13 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-def start_cpu_hog() -> subprocess.Popen:
-    """A busy Python process pinned to this process's last CPU: a neighbour on a shared
-    machine. Stop it with `stop_cpu_hog` (by its own pid)."""
+def start_cpu_hog(cpu: int = -1) -> subprocess.Popen:
+    """A busy Python process pinned to one of this process's CPUs (by index among them: the
+    last by default): a neighbour on a shared machine. Stop it with `stop_cpu_hog` (by its
+    own pid)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     # The hog pins itself (a preexec_fn is unsafe in a process with TensorFlow's threads).
-    pin = f"import os; os.sched_setaffinity(0, {{{cpus[-1]}}})\n" if cpus else ""
+    pin = f"import os; os.sched_setaffinity(0, {{{cpus[cpu % len(cpus)]}}})\n" if cpus else ""
     return subprocess.Popen([sys.executable, "-c", pin + "while True: pass"])
 
 

@@ -7,7 +7,11 @@ so a failure shows what the diagnosis said instead.
 
 from __future__ import annotations
 
+import math
+
 from tfdiag_magic.findings import Finding
+from tfdiag_magic.record import Kind, Phase, Record
+from tfdiag_magic.recorder import Recorder
 
 # A tabular binary task, a small classifier, and a compiled custom training step.
 TABULAR = """
@@ -83,3 +87,17 @@ def assert_healthy(result, r) -> None:
 
 def assert_silent(r, code: str) -> None:
     assert code not in codes(r), f"{code} on a cell without that problem:\n{listing(r)}"
+
+
+def rising_steps(ratio: float, source: str | None = None, first: float = 0.001) -> Record:
+    """A recorded run of 200 training steps of the same work whose time rises steadily from
+    `first` seconds to `ratio` times that, both halves rising: the shape of CI's false
+    alarms (a healthy `fit` read 2.34× beside a neighbour)."""
+    rec = Recorder(memory_interval=3600)
+    rec.source = source
+    t = rec.t0
+    for i in range(200):
+        duration = first * (1 + (ratio - 1) * i / 199)
+        rec.add_step(Phase.of("train"), Kind.MARKER, t, t + duration, math.nan, -1, False)
+        t += duration + 0.0002
+    return rec.finish()

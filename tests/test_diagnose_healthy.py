@@ -21,6 +21,36 @@ STRATEGY = (
 )
 
 
+# The distributed custom training loop of TensorFlow's guide, four epochs of 32 steps.
+MIRRORED_CUSTOM_LOOP = (
+    STRATEGY + "with strategy.scope():\n"
+    "    dmodel = keras.Sequential([keras.Input((16,)),\n"
+    "                               keras.layers.Dense(32, activation='relu'),\n"
+    "                               keras.layers.Dense(2)])\n"
+    "    dopt = keras.optimizers.Adam(1e-3)\n"
+    "GLOBAL_BATCH = 64\n"
+    "dist = strategy.experimental_distribute_dataset(\n"
+    "    tf.data.Dataset.from_tensor_slices((x, y)).shuffle(2048).batch(GLOBAL_BATCH)\n"
+    "    .prefetch(tf.data.AUTOTUNE))\n"
+    "def replica_step(xb, yb):\n"
+    "    with tf.GradientTape() as tape:\n"
+    "        per_example = keras.losses.sparse_categorical_crossentropy(\n"
+    "            yb, dmodel(xb, training=True), from_logits=True)\n"
+    "        loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)\n"
+    "    grads = tape.gradient(loss, dmodel.trainable_variables)\n"
+    "    dopt.apply_gradients(zip(grads, dmodel.trainable_variables))\n"
+    "    return loss\n"
+    "@tf.function\n"
+    "def distributed_step(xb, yb):\n"
+    "    per_replica = strategy.run(replica_step, args=(xb, yb))\n"
+    "    return strategy.reduce('SUM', per_replica, axis=None)\n"
+    "for epoch in range(4):\n"
+    "    total = 0.0\n"
+    "    for xb, yb in dist:\n"
+    "        total += float(distributed_step(xb, yb))\n"
+)
+
+
 @pytest.fixture
 def tab(ip):
     ip.run_cell(TABULAR)
@@ -93,34 +123,7 @@ def test_fit_on_numpy_arrays_then_evaluate_and_predict_once(tab):
 
 
 def test_mirrored_strategy_custom_loop(tab):
-    result, r = profiled(
-        tab,
-        STRATEGY + "with strategy.scope():\n"
-        "    dmodel = keras.Sequential([keras.Input((16,)),\n"
-        "                               keras.layers.Dense(32, activation='relu'),\n"
-        "                               keras.layers.Dense(2)])\n"
-        "    dopt = keras.optimizers.Adam(1e-3)\n"
-        "GLOBAL_BATCH = 64\n"
-        "dist = strategy.experimental_distribute_dataset(\n"
-        "    tf.data.Dataset.from_tensor_slices((x, y)).shuffle(2048).batch(GLOBAL_BATCH)\n"
-        "    .prefetch(tf.data.AUTOTUNE))\n"
-        "def replica_step(xb, yb):\n"
-        "    with tf.GradientTape() as tape:\n"
-        "        per_example = keras.losses.sparse_categorical_crossentropy(\n"
-        "            yb, dmodel(xb, training=True), from_logits=True)\n"
-        "        loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)\n"
-        "    grads = tape.gradient(loss, dmodel.trainable_variables)\n"
-        "    dopt.apply_gradients(zip(grads, dmodel.trainable_variables))\n"
-        "    return loss\n"
-        "@tf.function\n"
-        "def distributed_step(xb, yb):\n"
-        "    per_replica = strategy.run(replica_step, args=(xb, yb))\n"
-        "    return strategy.reduce('SUM', per_replica, axis=None)\n"
-        "for epoch in range(4):\n"
-        "    total = 0.0\n"
-        "    for xb, yb in dist:\n"
-        "        total += float(distributed_step(xb, yb))\n",
-    )
+    result, r = profiled(tab, MIRRORED_CUSTOM_LOOP)
     assert_healthy(result, r)
     assert r.record.phase_counts()["train"] == 4 * 32
 

@@ -4,15 +4,12 @@ model-rebuilt-in-loop, progressive-slowdown."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
-from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
+from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, rising_steps, the
 from tests.helpers import profiled
 from tfdiag_magic.diagnose import progressive_slowdown
-from tfdiag_magic.record import Kind, Phase, Record
 from tfdiag_magic.recorder import Recorder
 
 MIB = 1 << 20
@@ -361,7 +358,6 @@ def test_repeated_predict_set_up_is_a_warning_only_where_it_is_a_tenth_of_the_ru
     # 1.1 s of set-up in a 35 s run) are worth a note; the same in a 4 s run, a warning.
     from tfdiag_magic.diagnose import repeated_keras_call
     from tfdiag_magic.record import KerasCall, LoopInfo
-    from tfdiag_magic.recorder import Recorder
 
     record = Recorder().finish()
     record.wall_time = wall
@@ -618,19 +614,6 @@ def test_retracing_rewrite_for_a_cell_that_imports_nothing(ip):
 # -- progressive-slowdown: what a busy machine can make ------------------------------------
 
 
-def _rising_steps(ratio: float, source: str) -> Record:
-    """200 training steps whose time rises steadily from 1 ms to `ratio` ms, both halves
-    rising: the shape of CI's false alarm (a healthy `fit` read 2.34× beside a neighbour)."""
-    rec = Recorder(memory_interval=3600)
-    rec.source = source
-    t = rec.t0
-    for i in range(200):
-        duration = 0.001 * (1 + (ratio - 1) * i / 199)
-        rec.add_step(Phase.of("train"), Kind.MARKER, t, t + duration, math.nan, -1, False)
-        t += duration + 0.0002
-    return rec.finish()
-
-
 HEALTHY_LOOP = (
     "for xb, yb in train:\n    loss = train_step(xb, yb)\n    losses.append(float(loss))\n"
 )
@@ -640,8 +623,8 @@ GROWING_LOOP = (
 
 
 def test_a_rise_a_busy_machine_can_make_is_no_slowdown_without_a_cause():
-    assert progressive_slowdown.check(_rising_steps(2.4, HEALTHY_LOOP), HEALTHY_LOOP) is None
-    found = progressive_slowdown.check(_rising_steps(4.0, HEALTHY_LOOP), HEALTHY_LOOP)
+    assert progressive_slowdown.check(rising_steps(2.4, HEALTHY_LOOP), HEALTHY_LOOP) is None
+    found = progressive_slowdown.check(rising_steps(4.0, HEALTHY_LOOP), HEALTHY_LOOP)
     assert found is not None and found.evidence["ratio"] >= 3
 
 
@@ -666,7 +649,7 @@ def test_keras_own_functions_first_tracings_are_nothing_growing(keras_own, name,
     # are one, and 2× suffices.
     from tfdiag_magic.record import FunctionStats, TraceEvent
 
-    record = _rising_steps(2.4, HEALTHY_LOOP)
+    record = rising_steps(2.4, HEALTHY_LOOP)
     starts = record.steps["start"]
     record.traces = [
         TraceEvent(float(starts[120 + i]), 0.001, name, f"x: ({i},)", False, library)
@@ -682,5 +665,5 @@ def test_keras_own_functions_first_tracings_are_nothing_growing(keras_own, name,
 
 
 def test_a_rise_beside_a_value_the_loop_grows_is_a_slowdown_from_2x():
-    found = progressive_slowdown.check(_rising_steps(2.4, GROWING_LOOP), GROWING_LOOP)
+    found = progressive_slowdown.check(rising_steps(2.4, GROWING_LOOP), GROWING_LOOP)
     assert found is not None and 2 <= found.evidence["ratio"] < 3

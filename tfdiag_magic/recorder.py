@@ -274,6 +274,12 @@ class Recorder:
         # sampling thread's stack (-1: none). `code_file` is the filename the code was
         # compiled under (a cell's, a script's path); None: lines are not looked for.
         self.mem_line = array("i")
+        # What the machine did meanwhile (probes/cpu_wait.py's `load_reader`): at each sample,
+        # the process's CPU seconds and the seconds the CPUs it may use have been busy, every
+        # program's; NaN where not read.
+        self.mem_cpu_self = array("d")
+        self.mem_cpus_busy = array("d")
+        self.load_reader: Callable[[], tuple[float, float] | None] | None = None
         self.code_file: str | None = None
         self.gpu_memory: dict[str, tuple[array, array]] = {}
         self.rss_reader: Callable[[], int] | None = None
@@ -920,6 +926,9 @@ class Recorder:
         self.mem_tensors.append(self.tensor_reader() if self.tensor_reader else -1)
         self.mem_python_blocks.append(self.blocks_reader())
         self.mem_line.append(self.user_line())
+        load = self.load_reader() if self.load_reader is not None else None
+        self.mem_cpu_self.append(load[0] if load is not None else NAN)
+        self.mem_cpus_busy.append(load[1] if load is not None else NAN)
         if self.gpu_reader is not None:
             for device, (current, peak) in self.gpu_reader().items():
                 columns = self.gpu_memory.get(device)
@@ -1009,7 +1018,7 @@ class Recorder:
         self.close_all_loops()
         self.settle_losses()
         self.sample_memory()  # the last sample, with every reader still set
-        self.rss_reader = self.gpu_reader = self.tensor_reader = None
+        self.rss_reader = self.gpu_reader = self.tensor_reader = self.load_reader = None
         left_out: DroppedSteps | None = None
         index: np.ndarray | None = None
         if self._stride > 1:  # thinned: the last rows are thinned like the others
@@ -1047,6 +1056,9 @@ class Recorder:
         }
         # the line of the profiled code running at each sample (see `user_line`); -1: none
         memory["line"] = np.array(self.mem_line, dtype=np.int32)
+        # the process's CPU seconds, and its CPUs' busy seconds (every program's); NaN: not read
+        memory["cpu_self"] = np.array(self.mem_cpu_self, dtype=np.float64)
+        memory["cpus_busy"] = np.array(self.mem_cpus_busy, dtype=np.float64)
         for device, (current, peak) in self.gpu_memory.items():
             memory[f"gpu:{device}:current"] = np.array(current, dtype=np.int64)
             memory[f"gpu:{device}:peak"] = np.array(peak, dtype=np.int64)

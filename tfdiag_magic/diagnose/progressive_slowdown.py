@@ -9,6 +9,7 @@ from ..record import Kind, Phase, Record
 from ..units import seconds
 from .causes import growing_in_loops
 from .evidence import loop_label, rounded
+from .machine_load import made_by_a_busy_machine
 from .retracing import same_function
 from .where import running_place
 
@@ -57,6 +58,16 @@ of those Keras and TensorFlow define: Keras' train, test and predict functions, 
 dataset's iterator functions, traced anew for each epoch's iterator; models built, Keras
 calls from a loop, 50 MiB of process memory, a value the code's loops grow and work on
 whole), the late median must be at least 3 times the early one (4.5 times where one half is flat).
+
+Nor is a rise the machine made: where the run read what the CPUs did (Linux), a rise whose
+steps took no more CPU time each in the last tenth than in the first (less than 1.5 times),
+while the process kept fewer CPUs busy and other programs took at least half of what it gave
+up (and a quarter of a CPU at least), is other programs' arrival, however large. A step that
+uses several threads (TensorFlow's) can slow far more than 2× when neighbours arrive: a
+healthy MirroredStrategy loop read up to 5.2× with two or three CPU hogs started at its second
+epoch, its CPU per step 0.95-1.14×; the cells whose work grows read 5.8-9.5× CPU per step,
+quiet or beside three hogs. A wait for a device or a file that grows leaves the CPUs idle, and
+is still reported.
 
 Why these: what accumulates per step (a growing tensor, a list stacked every step, a memory
 bank) slows every part of the run, while a busy machine makes steps slower in jumps. Measured
@@ -112,7 +123,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     grown = growing_in_loops(source)
     for rows, label, loop in _series(record):
         found = _trend(record, rows)
-        if found is None:
+        if found is None or made_by_a_busy_machine(
+            record, found["spans"][0], found["spans"][-1], found["steady_starts"]
+        ):
             continue
         causes = _growing_alongside(record, found["start_time"])
         if not (causes or grown) and not _beyond_a_busy_machine(found):
@@ -251,6 +264,7 @@ def _trend(record: Record, rows: np.ndarray) -> dict | None:
         "start_time": float(steps["start"][began_row]),
         "end_time": float(steps["start"][steady[-1]] + steps["duration"][steady[-1]]),
         "excess": excess,
+        "steady_starts": steps["start"][steady],
         "halves": halves,
         "one_sided": one_sided,
         "medians": medians,

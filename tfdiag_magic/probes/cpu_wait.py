@@ -25,9 +25,17 @@ smaller of the two (experiments/headline.py). On a machine whose ``/proc/stat`` 
 process shares with many others (a container on a large host), that time is large and the
 wait counts whole.
 
-Read twice per run, from files only: nothing of the run's is touched. None where the kernel
-does not provide the counts (not Linux, or a kernel that keeps no scheduler statistics and
-writes zeros there): a comparison then keeps its widest floor.
+The probe also gives the recorder its `load_reader`: at each memory sample (every 50 ms at
+most), the process's CPU seconds and the seconds its CPUs have been busy, every program's
+(``Record.memory["cpu_self"]`` and ``["cpus_busy"]``): between two samples, what the other
+programs took of the CPUs, and what the run's own work took. A rise in step time that came
+with the other programs' arrival and no more CPU per step is a busy machine's
+(diagnose/machine_load.py). The reads are paced to 1 % of the time at most (`paced_read`):
+``/proc/stat`` has a line per CPU, 30 µs on two CPUs.
+
+The totals are read twice per run, from files only: nothing of the run's is touched. None
+where the kernel does not provide the counts (not Linux, or a kernel that keeps no scheduler
+statistics and writes zeros there): a comparison then keeps its widest floor.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from typing import NamedTuple
 
 from ..record import Record
 from ..recorder import Recorder
+from .paced_read import PacedReader
 
 _TASKS = "/proc/self/task"
 _STAT = "/proc/stat"
@@ -71,9 +80,12 @@ class CpuWaitProbe:
         self._busy_start: float | None = None
         self._own_start = 0.0
         self._other: float | None = None
+        self._load: PacedReader[tuple[float, float] | None] | None = None
 
     def install(self, recorder: Recorder) -> None:
-        del recorder
+        if cpus_busy() is not None:
+            self._load = PacedReader(load_now, None)
+            recorder.load_reader = self._load
         self._thread = threading.get_native_id()
         self._start = thread_times(self._thread)
         self._busy_start = cpus_busy()
@@ -81,6 +93,8 @@ class CpuWaitProbe:
         self._started_at = time.perf_counter()
 
     def remove(self) -> None:
+        if self._load is not None:
+            self._load.read_next_call()  # the recorder's last sample reads it
         wall = time.perf_counter() - self._started_at
         end = thread_times(self._thread)
         busy = cpus_busy()
@@ -106,6 +120,14 @@ class CpuWaitProbe:
             record.facts["cpu_share"] = round(self._share, 4)
         if self._other is not None:
             record.facts["other_cpu_s"] = round(self._other, 6)
+        if self._load is not None:
+            record.facts["usable_cpus"] = _usable_cpus()
+
+
+def load_now() -> tuple[float, float] | None:
+    """The process's CPU seconds and the seconds the CPUs it may use have been busy, or None."""
+    busy = cpus_busy()
+    return None if busy is None else (time.process_time(), busy)
 
 
 def own_cpu() -> float:

@@ -1,0 +1,158 @@
+"""What the machine did while a run slowed (diagnose/machine_load.py): the process's CPU time
+and the other programs', read at the memory samples, tell a busy machine's rise from a rise in
+the steps' own work, so that progressive-slowdown stays silent on the first and still finds the
+second.
+
+Recorded runs judge the arithmetic; a real MirroredStrategy custom loop, with CPU hogs started
+at its third epoch, checks that a real run's samples read the neighbours' arrival.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from tests.conftest import start_cpu_hog, stop_cpu_hog
+from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, rising_steps
+from tests.helpers import profiled
+from tests.test_diagnose_healthy import MIRRORED_CUSTOM_LOOP
+from tfdiag_magic.diagnose import progressive_slowdown
+from tfdiag_magic.diagnose.machine_load import load_over, made_by_a_busy_machine
+from tfdiag_magic.record import Phase, Record
+
+NAN = math.nan
+
+
+def _sampled(times, own, busy) -> Record:
+    record = Record()
+    record.memory = {
+        "time": np.array(times, dtype=np.float64),
+        "cpu_self": np.array(own, dtype=np.float64),
+        "cpus_busy": np.array(busy, dtype=np.float64),
+    }
+    return record
+
+
+def test_a_span_is_read_between_the_samples_around_it():
+    record = _sampled([0.0, 0.1, 0.2, 0.3], [0.0, 0.1, 0.2, 0.25], [0.0, 0.15, 0.35, 0.55])
+    load = load_over(record, 0.12, 0.18)
+    assert (load.start, load.end) == (0.1, 0.2)
+    assert load.own == pytest.approx(0.1) and load.others == pytest.approx(0.1)
+    assert load.others_cpus == pytest.approx(1.0) and load.own_cpus == pytest.approx(1.0)
+    # Past the samples: the first and the last.
+    whole = load_over(record, -1.0, 9.0)
+    assert (whole.start, whole.end) == (0.0, 0.3)
+    assert whole.others == pytest.approx(0.55 - 0.25)
+
+
+def test_unread_samples_are_skipped_and_short_or_missing_spans_are_not_read():
+    record = _sampled([0.0, 0.1, 0.2, 0.3], [0.0, NAN, 0.2, 0.3], [0.0, NAN, 0.3, 0.5])
+    load = load_over(record, 0.12, 0.18)
+    assert (load.start, load.end) == (0.0, 0.2)
+    assert load_over(_sampled([0.0, 0.03], [0.0, 0.03], [0.0, 0.05]), 0.0, 0.03) is None
+    assert load_over(Record(), 0.0, 1.0) is None
+    # The other programs' time is never below nothing (ticks against an exact clock).
+    assert load_over(_sampled([0.0, 0.1], [0.0, 0.2], [0.0, 0.18]), 0.0, 0.1).others == 0.0
+
+
+def _with_load(record: Record, cpu_per_step, others_cpus) -> Record:
+    """Samples every 20 steps: the process's CPU seconds per step and the other programs'
+    CPUs (functions of the step's index), the CPUs' busy time their sum."""
+    starts = record.steps["start"]
+    ends = starts + record.steps["duration"]
+    rows = [*range(0, 200, 20), 199]
+    times, own, busy = [float(starts[0])], [0.0], [0.0]
+    for before, row in itertools.pairwise(rows):
+        wall = float(ends[row] - times[-1])
+        own.append(own[-1] + cpu_per_step(row) * (row - before))
+        busy.append(busy[-1] + cpu_per_step(row) * (row - before) + others_cpus(row) * wall)
+        times.append(float(ends[row]))
+    record.memory.update(time=np.array(times), cpu_self=np.array(own), cpus_busy=np.array(busy))
+    return record
+
+
+def _rise(row: int, low: float, high: float) -> float:
+    return low + (high - low) * row / 199
+
+
+RISING = "for xb, yb in train:\n    loss = train_step(xb, yb)\n    losses.append(float(loss))\n"
+
+
+def test_a_rise_made_by_neighbours_arriving_is_no_slowdown():
+    # The shape of the false alarm beside a CPU hog and two test workers: 3.4x with nothing
+    # growing; the steps' CPU time the same throughout, the others' CPUs from 0.1 to 1.6.
+    record = _with_load(
+        rising_steps(4.0, first=0.005), lambda row: 0.006, lambda row: _rise(row, 0.1, 1.6)
+    )
+    assert progressive_slowdown.check(record, RISING) is None
+    # The same rise without load samples (another system) is reported, as before.
+    assert progressive_slowdown.check(rising_steps(4.0, first=0.005), RISING) is not None
+
+
+def test_a_rise_in_the_steps_own_work_is_a_slowdown_on_a_busy_machine_too():
+    # The CPU per step rises with the step: the work grew, whoever else ran.
+    record = _with_load(
+        rising_steps(4.0, first=0.005),
+        lambda row: _rise(row, 0.005, 0.02),
+        lambda row: _rise(row, 0.1, 1.6),
+    )
+    found = progressive_slowdown.check(record, RISING)
+    assert found is not None and found.evidence["ratio"] >= 3
+
+
+def test_a_rise_that_leaves_the_cpus_idle_is_a_slowdown():
+    # The same CPU per step, nobody else running: the step waits longer for something that
+    # is not a CPU (a device, a file), which grows.
+    record = _with_load(rising_steps(4.0, first=0.005), lambda row: 0.004, lambda row: 0.05)
+    assert progressive_slowdown.check(record, RISING) is not None
+
+
+def test_a_machine_busy_throughout_is_no_arrival():
+    # Neighbours there from the start that take no more: not what made the steps slower.
+    record = _with_load(rising_steps(4.0, first=0.005), lambda row: 0.004, lambda row: 1.5)
+    starts = record.steps["start"]
+    early = (float(starts[1]), float(starts[20]))
+    late = (float(starts[180]), float(starts[199]))
+    assert not made_by_a_busy_machine(record, early, late, starts)
+
+
+# Eight epochs; two CPU hogs start at the fourth.
+MIRRORED_LOOP = MIRRORED_CUSTOM_LOOP.replace(
+    "range(4):\n", "range(8):\n    if epoch == 3:\n        neighbours_arrive()\n"
+)
+
+
+@pytest.mark.alone  # the hogs are the neighbours; the other test worker would be one more
+def test_neighbours_arriving_mid_loop_are_read_as_a_busy_machine(ip):
+    """A healthy loop whose steps use two threads: two CPU hogs, one on each CPU, start at its
+    fourth epoch. Before the load was read, such a loop read up to 5.2x slower at its end,
+    and 3 of 8 runs were reported as a slowdown."""
+    ip.run_cell(TABULAR)
+    hogs = []
+    ip.user_ns["neighbours_arrive"] = lambda: hogs.extend(start_cpu_hog(cpu) for cpu in (0, 1))
+    try:
+        result, r = profiled(ip, MIRRORED_LOOP)
+    finally:
+        for hog in hogs:
+            stop_cpu_hog(hog)
+    assert result.success and len(hogs) == 2
+    steps = r.record.steps
+    rows = np.flatnonzero((steps["phase"] == Phase.of("train")) & ~steps["traced"])[1:]
+    windows = np.array_split(rows, 10)
+
+    def span(window):
+        return float(steps["start"][window[0]]), float(
+            steps["start"][window[-1]] + steps["duration"][window[-1]]
+        )
+
+    starts = steps["start"][rows]
+    early, late = load_over(r.record, *span(windows[0])), load_over(r.record, *span(windows[-1]))
+    assert early is not None and late is not None, r.record.memory
+    reading = f"early {early}, late {late}, steps {r.steps['duration'].describe()}"
+    assert late.others_cpus - early.others_cpus >= 0.5, reading
+    assert made_by_a_busy_machine(r.record, span(windows[0]), span(windows[-1]), starts), reading
+    assert_silent(r, "progressive-slowdown")
+    assert not problems(r), listing(r)

@@ -1,0 +1,104 @@
+"""What the machine did over a span of a run: the process's own CPU time and the other
+programs' CPU time on the CPUs the process may use, from the recorder's load samples
+(``Record.memory["cpu_self"]`` and ``["cpus_busy"]``, probes/cpu_wait.py).
+
+A step that slows because the machine got busy does the same work, later: its CPU time stays,
+while other programs take the CPUs it waited for. A step that slows because its work grew (a
+tensor concatenated onto, a list stacked) takes more CPU time itself. The samples are at most
+50 ms apart, and ``/proc/stat`` counts in ticks (10 ms a CPU): a span is read between the
+samples around it, and a span shorter than `MIN_SPAN_S` is not read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..record import Record
+
+MIN_SPAN_S = 0.05  # five ticks of /proc/stat a CPU at least
+# A rise in step time is a busy machine's when the steps' CPU time rose by less than this
+# factor, and other programs took at least `BUSY_MIN_TAKEN_CPUS` and `BUSY_MIN_TAKEN_SHARE`
+# of the CPUs the process gave up. Measured on a 2-vCPU AMD EPYC VM: a healthy
+# MirroredStrategy custom loop (126 steps of 2 ms) with one to three CPU hogs started at its
+# second epoch read its last tenth of steps 0.95-5.2x the first (3 of 8 runs with two or three
+# hogs passed progressive-slowdown's bars), its CPU per step 0.95-1.14x, the other programs'
+# CPUs up by 0.7-1.9 as the process's fell by 0.2-1.1. Cells whose work grows (a memory bank
+# matched against, a tensor concatenated onto) read 5.8-9.5x CPU per step, quiet or beside
+# three hogs.
+BUSY_MAX_WORK_RISE = 1.5
+BUSY_MIN_TAKEN_CPUS = 0.25  # a neighbour's arrival, beyond /proc/stat's ticks
+BUSY_MIN_TAKEN_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Load:
+    """The process's and the other programs' CPU seconds between two samples."""
+
+    start: float  # the samples' times, seconds since the run started
+    end: float
+    own: float  # the process's CPU seconds, all its threads
+    others: float  # every other program's, on the CPUs the process may use
+
+    @property
+    def wall(self) -> float:
+        return self.end - self.start
+
+    @property
+    def others_cpus(self) -> float:
+        """CPUs the other programs kept busy, on average."""
+        return self.others / self.wall
+
+    @property
+    def own_cpus(self) -> float:
+        """CPUs the process kept busy, on average."""
+        return self.own / self.wall
+
+
+def load_over(record: Record, start: float, end: float) -> Load | None:
+    """The load between the last sample at or before `start` and the first at or after `end`
+    (the first and last samples where the span reaches past them); None where the run has no
+    load samples or the samples span less than `MIN_SPAN_S`."""
+    memory = record.memory
+    times, own, busy = memory.get("time"), memory.get("cpu_self"), memory.get("cpus_busy")
+    if times is None or own is None or busy is None or own.size != times.size:
+        return None
+    read = np.flatnonzero(~np.isnan(own) & ~np.isnan(busy))
+    if read.size < 2:
+        return None
+    at = times[read]
+    first = read[max(int(np.searchsorted(at, start, side="right")) - 1, 0)]
+    last = read[min(int(np.searchsorted(at, end, side="left")), read.size - 1)]
+    if times[last] - times[first] < MIN_SPAN_S:
+        return None
+    own_seconds = float(own[last] - own[first])
+    others = max(0.0, float(busy[last] - busy[first]) - own_seconds)
+    return Load(float(times[first]), float(times[last]), own_seconds, others)
+
+
+def made_by_a_busy_machine(
+    record: Record, early: tuple[float, float], late: tuple[float, float], starts: np.ndarray
+) -> bool:
+    """Whether steps (started at `starts`) that took longer in the span `late` than in the
+    span `early` were slowed by other programs: their process's CPU time per step rose by
+    less than `BUSY_MAX_WORK_RISE` (the work did not grow), and of the CPUs the process kept
+    busy less of, other programs took at least `BUSY_MIN_TAKEN_SHARE` (a wait for a device,
+    a file or a sleep leaves them idle instead). False without load samples."""
+    before, after = load_over(record, *early), load_over(record, *late)
+    if before is None or after is None:
+        return False
+    work_before, work_after = (_cpu_per_step(load, starts) for load in (before, after))
+    if work_before is None or work_after is None:
+        return False
+    if work_after >= BUSY_MAX_WORK_RISE * work_before:
+        return False
+    given_up = before.own_cpus - after.own_cpus
+    taken = after.others_cpus - before.others_cpus
+    return taken >= BUSY_MIN_TAKEN_CPUS and taken >= BUSY_MIN_TAKEN_SHARE * given_up
+
+
+def _cpu_per_step(load: Load, starts: np.ndarray) -> float | None:
+    """The process's CPU seconds over `load`'s span per step that started in it."""
+    steps = int(np.count_nonzero((starts >= load.start) & (starts < load.end)))
+    return load.own / steps if steps else None

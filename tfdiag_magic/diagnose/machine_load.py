@@ -22,11 +22,11 @@ MIN_SPAN_S = 0.05  # five ticks of /proc/stat a CPU at least
 # factor, and other programs took at least `BUSY_MIN_TAKEN_CPUS` and `BUSY_MIN_TAKEN_SHARE`
 # of the CPUs the process gave up. Measured on a 2-vCPU AMD EPYC VM: a healthy
 # MirroredStrategy custom loop (126 steps of 2 ms) with one to three CPU hogs started at its
-# second epoch read its last tenth of steps 0.95-5.2x the first (3 of 8 runs with two or three
-# hogs passed progressive-slowdown's bars; none of 10 more with this guard), its CPU per step 0.80-1.17x, the other programs'
-# CPUs up by 0.7-1.9 as the process's fell by 0.2-1.1. Cells whose work grows (a memory bank
-# matched against, a tensor concatenated onto) read 5.8-9.5x CPU per step, quiet or beside
-# three hogs.
+# second epoch read its last tenth of steps 0.75-5.2x the first (3 of 8 runs with two or three
+# hogs passed progressive-slowdown's bars; none of 10 more with this guard), its CPU per step
+# 0.80-1.17x, the other programs' CPUs up by 0.7-1.9 as the process's fell by 0.2-1.1. Cells
+# whose work grows (a memory bank matched against, a tensor concatenated onto) read 5.8-9.5x
+# CPU per step, quiet or beside three hogs.
 BUSY_MAX_WORK_RISE = 1.5
 BUSY_MIN_TAKEN_CPUS = 0.25  # a neighbour's arrival, beyond /proc/stat's ticks
 BUSY_MIN_TAKEN_SHARE = 0.5

@@ -122,9 +122,11 @@ machine's load average was 7-9 on its two CPUs. Without the hog, pace-setting pi
 step at about its pace is the band's case: with the hog, one waited 11-37% and fired 6 of 10.
 (20% is TensorBoard's profiler threshold for "highly input-bound"; firing there would call the
 `tf.image` case input-bound half the time.) In the cell's loops only the part of each wait
-beyond what taking a ready batch costs counts: 2 ms for a local iterator, whose `next()` costs
+beyond what taking a ready batch costs counts: 1 ms for a local iterator, whose `next()` costs
 0.1–0.3 ms per batch on this 2-CPU machine with a prefetched `tf.data` pipeline (so a tiny
-model's loop is not called input-bound for the iterator's own call), and 20 ms for a loop over
+model's loop is not called input-bound for the iterator's own call: a loop of 0.5 ms steps
+read at most 10% beyond it beside three CPU hogs, where the tf.data guide's naive generator
+pipeline with a real step read 35-38% quiet), and 20 ms for a loop over
 a distributed dataset or one copied to a device
 (`MirroredStrategy.experimental_distribute_dataset`, `prefetch_to_device`), whose `next()` took
 1.5–7 ms per batch here with one or two replicas. In `fit`, measured in-run, the same beyond
@@ -139,7 +141,12 @@ adds) and at least 0.2 s in all.
 # 20-30% band is left silent on purpose, a miss being better than a false alarm (see DOC).
 MIN_SHARE = 0.3
 MIN_WAIT = 0.2
-READY_BATCH_S = 0.002  # next() on a ready local iterator: 0.1-0.3 ms measured
+# next() on a ready local iterator: 0.1-0.3 ms measured. A healthy prefetched loop of 0.5 ms
+# steps (767 steps) read 1-3% of its time beyond 1 ms quiet and 9-10% beside three CPU hogs (its
+# waits' median 0.23 ms, 90th percentile 0.27-0.46 ms); the tf.data guide's naive pipeline (a
+# generator of 15 ms a sample, no prefetch of its own) with a real 9 ms step waited 42-44% of
+# its time, 35-38% beyond 1 ms, and 29-31% beyond 2 ms: a miss.
+READY_BATCH_S = 0.001
 READY_CROSS_DEVICE_BATCH_S = 0.02  # distributed / copy-to-device iterator: 1.5-7 ms measured
 ITERATOR_START_S = 2.0  # creating a multi-device iterator (before the first wait) takes < 1 s
 # In-graph GetNext on a ready (prefetched) element: 0.01-0.06 ms per batch measured on this

@@ -116,10 +116,30 @@ def test_a_machine_busy_throughout_is_no_arrival():
     starts = record.steps["start"]
     early = (float(starts[1]), float(starts[20]))
     late = (float(starts[180]), float(starts[199]))
-    assert not made_by_a_busy_machine(record, early, late, starts)
+    assert not made_by_a_busy_machine(record, early, late, np.arange(200))
 
 
 # Eight epochs; two CPU hogs start at the fourth.
+def test_a_reduced_tables_rows_count_the_steps_they_stand_for():
+    # A long run's table keeps every row early and one row in four late: the late rows'
+    # CPU per step is per recorded step, not per kept row (which would read 4x the work).
+    record = _with_load(
+        rising_steps(4.0, first=0.005), lambda row: 0.006, lambda row: _rise(row, 0.1, 1.6)
+    )
+    rows = np.arange(200)
+    starts = record.steps["start"]
+    early = (float(starts[1]), float(starts[20]))
+    late = (float(starts[180]), float(starts[199]))
+    assert made_by_a_busy_machine(record, early, late, rows)
+    kept = np.r_[0:100, 100:200:4]
+    for name in record.steps:
+        record.steps[name] = record.steps[name][kept]
+    record.step_index = kept.astype(np.int64)
+    early = (float(record.steps["start"][1]), float(record.steps["start"][20]))
+    late = (float(record.steps["start"][-5]), float(record.steps["start"][-1]))
+    assert made_by_a_busy_machine(record, early, late, np.arange(kept.size))
+
+
 MIRRORED_LOOP = MIRRORED_CUSTOM_LOOP.replace(
     "range(4):\n", "range(8):\n    if epoch == 3:\n        neighbours_arrive()\n"
 )
@@ -148,11 +168,10 @@ def test_neighbours_arriving_mid_loop_are_read_as_a_busy_machine(ip):
             steps["start"][window[-1]] + steps["duration"][window[-1]]
         )
 
-    starts = steps["start"][rows]
     early, late = load_over(r.record, *span(windows[0])), load_over(r.record, *span(windows[-1]))
     assert early is not None and late is not None, r.record.memory
     reading = f"early {early}, late {late}, steps {r.steps['duration'].describe()}"
     assert late.others_cpus - early.others_cpus >= 0.5, reading
-    assert made_by_a_busy_machine(r.record, span(windows[0]), span(windows[-1]), starts), reading
+    assert made_by_a_busy_machine(r.record, span(windows[0]), span(windows[-1]), rows), reading
     assert_silent(r, "progressive-slowdown")
     assert not problems(r), listing(r)

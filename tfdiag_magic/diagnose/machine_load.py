@@ -78,17 +78,17 @@ def load_over(record: Record, start: float, end: float) -> Load | None:
 
 
 def made_by_a_busy_machine(
-    record: Record, early: tuple[float, float], late: tuple[float, float], starts: np.ndarray
+    record: Record, early: tuple[float, float], late: tuple[float, float], rows: np.ndarray
 ) -> bool:
-    """Whether steps (started at `starts`) that took longer in the span `late` than in the
-    span `early` were slowed by other programs: their process's CPU time per step rose by
+    """Whether steps (the step table's `rows`) that took longer in the span `late` than in
+    the span `early` were slowed by other programs: their process's CPU time per step rose by
     less than `BUSY_MAX_WORK_RISE` (the work did not grow), and of the CPUs the process kept
     busy less of, other programs took at least `BUSY_MIN_TAKEN_SHARE` (a wait for a device,
     a file or a sleep leaves them idle instead). False without load samples."""
     before, after = load_over(record, *early), load_over(record, *late)
     if before is None or after is None:
         return False
-    work_before, work_after = (_cpu_per_step(load, starts) for load in (before, after))
+    work_before, work_after = (_cpu_per_step(record, load, rows) for load in (before, after))
     if work_before is None or work_after is None:
         return False
     if work_after >= BUSY_MAX_WORK_RISE * work_before:
@@ -98,7 +98,19 @@ def made_by_a_busy_machine(
     return taken >= BUSY_MIN_TAKEN_CPUS and taken >= BUSY_MIN_TAKEN_SHARE * given_up
 
 
-def _cpu_per_step(load: Load, starts: np.ndarray) -> float | None:
-    """The process's CPU seconds over `load`'s span per step that started in it."""
-    steps = int(np.count_nonzero((starts >= load.start) & (starts < load.end)))
+def _cpu_per_step(record: Record, load: Load, rows: np.ndarray) -> float | None:
+    """The process's CPU seconds over `load`'s span per step of `rows` that started in it."""
+    starts = record.steps["start"][rows]
+    inside = rows[(starts >= load.start) & (starts < load.end)]
+    steps = _steps_stood_for(record, inside)
     return load.own / steps if steps else None
+
+
+def _steps_stood_for(record: Record, rows: np.ndarray) -> float:
+    """How many recorded steps `rows` stand for: one each, and where a long run's table is
+    reduced (`Record.step_index`), each kept row the rows recorded up to the next kept one."""
+    index = record.step_index
+    if index is None or rows.size == 0:
+        return float(rows.size)
+    following = np.append(index[1:], index[-1] + 1)
+    return float(np.sum(following[rows] - index[rows]))

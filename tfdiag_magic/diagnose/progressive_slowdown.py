@@ -124,7 +124,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     for rows, label, loop in _series(record):
         found = _trend(record, rows)
         if found is None or made_by_a_busy_machine(
-            record, found["spans"][0], found["spans"][-1], found["steady_starts"]
+            record, found["spans"][0], found["spans"][-1], found["steady"]
         ):
             continue
         causes = _growing_alongside(record, found["start_time"])
@@ -264,7 +264,7 @@ def _trend(record: Record, rows: np.ndarray) -> dict | None:
         "start_time": float(steps["start"][began_row]),
         "end_time": float(steps["start"][steady[-1]] + steps["duration"][steady[-1]]),
         "excess": excess,
-        "steady_starts": steps["start"][steady],
+        "steady": steady,
         "halves": halves,
         "one_sided": one_sided,
         "medians": medians,

@@ -16,6 +16,7 @@ import math
 import re
 from typing import Any
 
+from .diagnose.machine_load import machine_during_run
 from .diagnose.retracing import same_function
 from .findings import Finding
 from .phase_split import loop_split, phase_models
@@ -70,6 +71,18 @@ def _reduced(record: Record) -> dict[str, int] | None:
     if dropped is None or not record.reduced:
         return None
     return {"full_rows": dropped.full_rows, "stride": dropped.stride, "left_out": dropped.count}
+
+
+def busy_machine_note(report: dict[str, Any]) -> str | None:
+    """The line that says other programs kept the machine busy during the run, or None."""
+    machine = report.get("machine")
+    if not machine or not machine["busy"]:
+        return None
+    return (
+        f"a busy machine: other programs kept {machine['other_programs_cpus']:.1f} of the"
+        f" {machine['usable_cpus']} CPUs this process may use busy during the run; its times"
+        " are slower than on a quiet machine and vary with them"
+    )
 
 
 def table_note(report: dict[str, Any]) -> str | None:
@@ -143,6 +156,7 @@ def build_report(
             "nvml_samples": int(record.nvml["time"].size) if "time" in record.nvml else 0,
         },
         "environment": record.facts,
+        "machine": machine_during_run(record),
         "findings": [f.to_dict() for f in findings],
         "error": vars(record.error).copy() if record.error else None,
         "comparison": comparison,

@@ -23,13 +23,18 @@ MIN_SPAN_S = 0.05  # five ticks of /proc/stat a CPU at least
 # of the CPUs the process gave up. Measured on a 2-vCPU AMD EPYC VM: a healthy
 # MirroredStrategy custom loop (126 steps of 2 ms) with one to three CPU hogs started at its
 # second epoch read its last tenth of steps 0.75-5.2x the first (3 of 8 runs with two or three
-# hogs passed progressive-slowdown's bars; none of 10 more with this guard), its CPU per step
-# 0.80-1.17x, the other programs' CPUs up by 0.7-1.9 as the process's fell by 0.2-1.1. Cells
-# whose work grows (a memory bank matched against, a tensor concatenated onto) read 5.8-9.5x
-# CPU per step, quiet or beside three hogs.
+# hogs passed progressive-slowdown's bars; none of 16 more with this guard, 6 of them beside
+# other programs' training too), its CPU per step 0.80-1.22x, the other programs' CPUs up by
+# 0.3-1.9 as the process's fell by 0.2-1.2. Cells whose work grows (a memory bank matched
+# against, a tensor concatenated onto) read 5.6-9.5x CPU per step, quiet or beside three hogs.
 BUSY_MAX_WORK_RISE = 1.5
 BUSY_MIN_TAKEN_CPUS = 0.25  # a neighbour's arrival, beyond /proc/stat's ticks
 BUSY_MIN_TAKEN_SHARE = 0.5
+# The report says the machine was busy when other programs kept at least this many CPUs, and
+# this share of the CPUs the process may use, busy over the run: one neighbour's half core on
+# a small machine, not the background of a large host.
+BUSY_RUN_CPUS = 0.5
+BUSY_RUN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -57,9 +62,11 @@ class Load:
 
 
 def load_over(record: Record, start: float, end: float) -> Load | None:
-    """The load between the last sample at or before `start` and the first at or after `end`
-    (the first and last samples where the span reaches past them); None where the run has no
-    load samples or the samples span less than `MIN_SPAN_S`."""
+    """The load over the span from `start` to `end`: between the samples inside it where
+    they span `MIN_SPAN_S` or more (time outside the span, such as the end of a run after its
+    last step, says nothing of it), else between the last sample at or before `start` and the
+    first at or after `end` (the first and last samples where the span reaches past them);
+    None where the run has no load samples or they span less than `MIN_SPAN_S`."""
     memory = record.memory
     times, own, busy = memory.get("time"), memory.get("cpu_self"), memory.get("cpus_busy")
     if times is None or own is None or busy is None or own.size != times.size:
@@ -68,8 +75,13 @@ def load_over(record: Record, start: float, end: float) -> Load | None:
     if read.size < 2:
         return None
     at = times[read]
-    first = read[max(int(np.searchsorted(at, start, side="right")) - 1, 0)]
-    last = read[min(int(np.searchsorted(at, end, side="left")), read.size - 1)]
+    after_start = int(np.searchsorted(at, start, side="left"))
+    before_end = int(np.searchsorted(at, end, side="right")) - 1
+    if before_end > after_start and at[before_end] - at[after_start] >= MIN_SPAN_S:
+        first, last = read[after_start], read[before_end]
+    else:
+        first = read[max(int(np.searchsorted(at, start, side="right")) - 1, 0)]
+        last = read[min(int(np.searchsorted(at, end, side="left")), read.size - 1)]
     if times[last] - times[first] < MIN_SPAN_S:
         return None
     own_seconds = float(own[last] - own[first])
@@ -114,3 +126,22 @@ def _steps_stood_for(record: Record, rows: np.ndarray) -> float:
         return float(rows.size)
     following = np.append(index[1:], index[-1] + 1)
     return float(np.sum(following[rows] - index[rows]))
+
+
+def machine_during_run(record: Record) -> dict[str, float | int | bool] | None:
+    """What the machine did over the whole run, for the report: the CPUs the process may use,
+    the CPUs it and the other programs kept busy on average, the seconds its threads waited
+    for a CPU, and whether the machine was busy (`BUSY_RUN_CPUS`, `BUSY_RUN_SHARE`); None
+    without load samples."""
+    load = load_over(record, -np.inf, np.inf)
+    cpus = record.facts.get("usable_cpus")
+    if load is None or not cpus:
+        return None
+    others = load.others_cpus
+    return {
+        "usable_cpus": int(cpus),
+        "other_programs_cpus": round(others, 2),
+        "this_process_cpus": round(load.own_cpus, 2),
+        "seconds": round(load.wall, 3),
+        "busy": others >= BUSY_RUN_CPUS and others >= BUSY_RUN_SHARE * cpus,
+    }

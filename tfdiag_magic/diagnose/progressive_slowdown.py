@@ -65,7 +65,7 @@ while the process kept fewer CPUs busy and other programs took at least half of 
 up (and a quarter of a CPU at least), is other programs' arrival, however large. A step that
 uses several threads (TensorFlow's) can slow far more than 2× when neighbours arrive: a
 healthy MirroredStrategy loop read up to 5.2× with two or three CPU hogs started at its second
-epoch, its CPU per step 0.80-1.17×; the cells whose work grows read 5.8-9.5× CPU per step,
+epoch, its CPU per step 0.80-1.22×; the cells whose work grows read 5.6-9.5× CPU per step,
 quiet or beside three hogs. A wait for a device or a file that grows leaves the CPUs idle, and
 is still reported.
 

@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 
 from ..record import Record
-from ..report import table_note
+from ..report import busy_machine_note, table_note
 from ..units import rate, seconds, share, size
 from .dash_findings import finding_html, findings_to_show, sorted_findings
 from .dash_plots import png_data_uri
@@ -198,6 +198,9 @@ def overview_html(report: dict[str, Any]) -> str:
         if split.get("data_wait_note")
         else ""
     )
+    busy = busy_machine_note(report)
+    if busy:
+        note += f' <span class="muted">({e(busy[0].upper() + busy[1:])}.)</span>'
     parts.append(f"<p><b>Time</b>: {e(listed)}.{note}</p>")
     parts.append(split_bar(split))
     parts.append(timeline_html([("this run", report.get("timeline"))]))

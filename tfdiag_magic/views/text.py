@@ -8,7 +8,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from ..report import table_note
+from ..report import busy_machine_note, table_note
 from ..units import evidence_value, rate, seconds, share, size
 from .experiments import comparison_text, insert_cell, sweep_text
 from .ops import ops_text
@@ -146,6 +146,9 @@ def render_text(report: dict[str, Any]) -> str:
     out.append(f"Time: {parts}")
     if split.get("data_wait_note"):
         out.append(f"  (data wait: {split['data_wait_note']})")
+    busy = busy_machine_note(report)
+    if busy:
+        out.append(f"  ({busy})")
     out.extend(timeline_text(report.get("timeline")))
     out.extend(ops_text(report.get("ops")))
     memory = report["memory"]

@@ -82,8 +82,10 @@ class CpuWaitProbe:
         self._other: float | None = None
         self._load: PacedReader[tuple[float, float] | None] | None = None
 
-    def install(self, recorder: Recorder) -> None:
-        if cpus_busy() is not None:
+    def install(self, recorder: Recorder | None) -> None:
+        """Reads the counts the run starts from; gives `recorder` (None: the run's totals
+        only) its load reader."""
+        if recorder is not None and cpus_busy() is not None:
             self._load = PacedReader(load_now, None)
             recorder.load_reader = self._load
         self._thread = threading.get_native_id()

@@ -667,3 +667,58 @@ def test_keras_own_functions_first_tracings_are_nothing_growing(keras_own, name,
 def test_a_rise_beside_a_value_the_loop_grows_is_a_slowdown_from_2x():
     found = progressive_slowdown.check(rising_steps(2.4, GROWING_LOOP), GROWING_LOOP)
     assert found is not None and 2 <= found.evidence["ratio"] < 3
+
+
+def test_two_functions_of_one_name_are_two_rows_and_no_retracing(ip):
+    """TensorFlow's tf.function guide, on several optimizers: a `train_step` tf.function that
+    fails for a second optimizer (its variables are made on the first call only), then another
+    `train_step`, a plain function wrapped once per optimizer, as the guide recommends. Merged
+    by name they read as 7 tracings of one function by 3 objects "made in a loop"; the fix
+    that named (one object for both optimizers) is what the guide shows failing."""
+    ip.run_cell("import tensorflow as tf")
+    result, r = profiled(
+        ip,
+        "opt1 = tf.keras.optimizers.Adam(learning_rate=1e-2)\n"
+        "opt2 = tf.keras.optimizers.Adam(learning_rate=1e-3)\n"
+        "@tf.function\n"
+        "def train_step(w, x, y, optimizer):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        L = tf.reduce_sum(tf.square(w * x - y))\n"
+        "    gradients = tape.gradient(L, [w])\n"
+        "    optimizer.apply_gradients(zip(gradients, [w]))\n"
+        "w = tf.Variable(2.)\n"
+        "x = tf.constant([-1.])\n"
+        "y = tf.constant([2.])\n"
+        "train_step(w, x, y, opt1)\n"
+        "try:\n"
+        "    train_step(w, x, y, opt2)\n"
+        "except ValueError:\n"
+        "    pass\n"
+        "opt1 = tf.keras.optimizers.Adam(learning_rate=1e-2)\n"
+        "opt2 = tf.keras.optimizers.Adam(learning_rate=1e-3)\n"
+        "def train_step(w, x, y, optimizer):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        L = tf.reduce_sum(tf.square(w * x - y))\n"
+        "    gradients = tape.gradient(L, [w])\n"
+        "    optimizer.apply_gradients(zip(gradients, [w]))\n"
+        "train_step_1 = tf.function(train_step)\n"
+        "train_step_2 = tf.function(train_step)\n"
+        "for i in range(10):\n"
+        "    if i % 2 == 0:\n"
+        "        train_step_1(w, x, y, opt1)\n"
+        "    else:\n"
+        "        train_step_2(w, x, y, opt2)\n",
+    )
+    assert result.success
+    rows = [f for f in r.record.functions if f.name == "train_step"]
+    assert len(rows) == 2, rows
+    first, second = sorted(rows, key=lambda f: f.defined_at[1])
+    assert first.defined_at[1] < second.defined_at[1]
+    assert (first.objects, second.objects) == (1, 2)
+    assert first.calls == 2 and second.calls == 10
+    traced = {f.defined_at: 0 for f in rows}
+    for event in r.record.traces:
+        if event.function == "train_step" and not event.nested:
+            traced[event.defined_at] += 1
+    assert sum(traced.values()) == first.traces + second.traces, (traced, rows)
+    assert_silent(r, "retracing")

@@ -146,6 +146,9 @@ class TraceEvent:
     # distributed dataset's iterator functions, traced for each iterator made, or Keras' train
     # function; False for the code's own functions, models and methods.
     library: bool = False
+    # Where the traced Python function is defined (its code's file and first line), () where not
+    # known: two functions of one name (a cell's `train_step`, a later cell's other one) apart.
+    defined_at: tuple[str, int] | tuple[()] = ()
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,9 @@ class FunctionStats:
     input_elements: int = 0
     input_series: list[tuple[int, float, float]] = field(default_factory=list)
     input_stages: tuple[InputStageWork, ...] = ()  # as `KerasCall.input_stages`, the first meter's
+    # Where the Python function is defined (file, first line), as `TraceEvent.defined_at`: the
+    # table has a row per function, two of one name apart; () where not known.
+    defined_at: tuple[str, int] | tuple[()] = ()
 
 
 @dataclass

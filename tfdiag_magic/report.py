@@ -17,10 +17,10 @@ import re
 from typing import Any
 
 from .diagnose.machine_load import machine_during_run
-from .diagnose.retracing import same_function
+from .diagnose.retracing import traced_from
 from .findings import Finding
 from .phase_split import loop_split, phase_models
-from .record import Record
+from .record import FunctionStats, Record
 from .stats import gc_stats, memory_stats, phase_stats, time_split, training_step_count
 from .timeline import step_timeline, training_series
 
@@ -133,7 +133,7 @@ def build_report(
             {
                 **vars(f),
                 "input_stages": [vars(stage).copy() for stage in f.input_stages],
-                "nested_traces": _nested_traces(record, f.name),
+                "nested_traces": _nested_traces(record, f),
             }
             for f in record.functions
         ],
@@ -167,11 +167,11 @@ def build_report(
     return json_safe(report)
 
 
-def _nested_traces(record: Record, name: str) -> int:
-    """Tracings of the function `name` that ran inside another tracing (a recursive function's
-    levels, a helper traced with its caller): they build its caller's graph, not one a call of
-    its own asked for."""
-    return sum(t.nested and same_function(t.function, name) for t in record.traces)
+def _nested_traces(record: Record, function: FunctionStats) -> int:
+    """Tracings of `function` that ran inside another tracing (a recursive function's levels,
+    a helper traced with its caller): they build its caller's graph, not one a call of its own
+    asked for."""
+    return sum(t.nested and traced_from(t, function) for t in record.traces)
 
 
 def _ops(record: Record) -> dict[str, Any] | None:

@@ -124,7 +124,16 @@ def check(record: Record, source: str | None) -> Finding | None:
 
 
 def _top_level_tracings(record: Record, function) -> list:
-    return [t for t in record.traces if not t.nested and same_function(t.function, function.name)]
+    return [t for t in record.traces if not t.nested and traced_from(t, function)]
+
+
+def traced_from(trace, function) -> bool:
+    """Whether the tracing event `trace` traced the Python function `function` (a row of the
+    function table): by name, and by where it is defined where both are known (two functions
+    of one name in two cells are two)."""
+    if not same_function(trace.function, function.name):
+        return False
+    return not (trace.defined_at and function.defined_at) or trace.defined_at == function.defined_at
 
 
 def _keeps_tracing(record: Record, function) -> bool:
@@ -153,7 +162,7 @@ def _traced_inside_others(record: Record, function) -> bool:
     calling itself with a smaller Python number, or a helper called by a function that
     traces): fewer than `MIN_TRACES` of them began at a call of the code's own, so building
     the graphs it was called for took them, once each, not its calls."""
-    events = [t for t in record.traces if same_function(t.function, function.name)]
+    events = [t for t in record.traces if traced_from(t, function)]
     own = sum(not t.nested for t in events)
     return len(events) >= function.traces and own < MIN_TRACES
 

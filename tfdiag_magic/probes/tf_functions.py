@@ -41,6 +41,7 @@ class FunctionEntry:
     __slots__ = (
         "batch",
         "calls",
+        "code",
         "counted_calls",
         "counters",
         "failed_traces",
@@ -64,6 +65,7 @@ class FunctionEntry:
             function, "__name__", "tf.function"
         )
         self.keras_internal = is_keras_internal(python_function)
+        self.code = defined_at(python_function)
         self.calls = 0
         self.batch = float("nan")  # batch size of its first top-level call
         self.traces_before = self.last_count = _tracing_count(function)
@@ -310,14 +312,17 @@ class TFFunctionProbe:
         rec = self._rec
         if rec is None:
             return []
-        grouped: dict[str, FunctionStats] = {}
-        by_name: dict[str, list[FunctionEntry]] = {}
+        # One row per Python function: its name and where it is defined (two functions of one
+        # name, in two cells, are two rows; one function wrapped twice is one, two objects).
+        grouped: dict[tuple[str, tuple], FunctionStats] = {}
+        by_function: dict[tuple[str, tuple], list[FunctionEntry]] = {}
         for entry in [*rec.functions.values(), *rec.retired_functions]:
-            by_name.setdefault(entry.name, []).append(entry)
+            key = (entry.name, entry.code)
+            by_function.setdefault(key, []).append(entry)
             traces = entry.traces()
-            stats = grouped.get(entry.name)
+            stats = grouped.get(key)
             if stats is None:
-                grouped[entry.name] = FunctionStats(
+                grouped[key] = FunctionStats(
                     name=entry.name,
                     calls=entry.calls,
                     traces=traces,
@@ -325,6 +330,7 @@ class TFFunctionProbe:
                     keras_internal=entry.keras_internal,
                     updates_weights=entry.updates,
                     updates_per_call=_per_call(entry),
+                    defined_at=entry.code,
                 )
             else:
                 stats.calls += entry.calls
@@ -332,9 +338,9 @@ class TFFunctionProbe:
                 stats.objects += 1
                 stats.updates_weights = stats.updates_weights or entry.updates
                 stats.updates_per_call = max(stats.updates_per_call, _per_call(entry))
-        for name, entries in by_name.items():
-            for key, value in _input_measure(entries).items():
-                setattr(grouped[name], key, value)
+        for key, entries in by_function.items():
+            for name, value in _input_measure(entries).items():
+                setattr(grouped[key], name, value)
         return sorted(grouped.values(), key=lambda s: (-s.calls, s.name))
 
     @staticmethod
@@ -493,10 +499,31 @@ class TFFunctionProbe:
                         library=is_keras_internal(
                             getattr(tracing_options, "python_function", None)
                         ),
+                        defined_at=defined_at(getattr(tracing_options, "python_function", None)),
                     )
                 )
 
         return wraps_exactly(_create_concrete_function, original)
+
+
+_UNWRAP_LEVELS = 8  # decorators over decorators; a cycle of `__wrapped__` ends here
+
+
+def defined_at(python_function: Any) -> tuple[str, int] | tuple[()]:
+    """Where a Python function is defined: its code's file and first line (a bound method's
+    function's; through the wrappers that name what they wrap in `__wrapped__`, TensorFlow's
+    variable-creating wrapper of a first call among them), or () where it has no code of its
+    own (a callable object, a builtin)."""
+    function = python_function
+    for _ in range(_UNWRAP_LEVELS):
+        inner = getattr(function, "__wrapped__", None)
+        if inner is None or inner is function:
+            break
+        function = inner
+    code = getattr(getattr(function, "__func__", function), "__code__", None)
+    if code is None:
+        return ()
+    return (code.co_filename, code.co_firstlineno)
 
 
 class ArgumentMeter(InputWaitMeter):

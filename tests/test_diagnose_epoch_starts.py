@@ -112,8 +112,9 @@ def _fit(starts: list[tuple[float, float, float]], data: str = "dataset") -> Rec
         ((0.3, 0.1, 0.19), 11, False),  # a neighbour held the CPU: 0.01 s asleep
         ((0.3, math.nan, math.nan), 11, False),  # no per-thread counts: not known to be sleep
         ((0.1, 0.005, 0.0), 11, False),  # 1.05 s asleep in all, 3.5% of the run
+        ((0.2, 0.005, 0.0), 11, True),  # 2.1 s asleep in all, 7% of the run
     ],
-    ids=["asleep", "few", "long", "busy-neighbour", "no-counts", "too-little"],
+    ids=["asleep", "few", "long", "busy-neighbour", "no-counts", "too-little", "a-twentieth"],
 )
 def test_only_sleep_counts_and_only_enough_of_it(start, later, found):
     record = _fit([(0.6, 0.0, 0.0)] + [start] * later)

@@ -139,3 +139,19 @@ def test_data_that_keras_reads_without_tf_data_is_not_judged():
     # A generator or a PyDataset: Keras starts its own workers at an epoch's start.
     assert epoch_start_stall.check(_fit([(0.5, 0.005, 0.0)] * 12, "pydataset"), None) is None
     assert epoch_start_stall.check(_fit([(0.5, 0.005, 0.0)] * 12, "numpy"), None) is not None
+
+
+def test_the_fix_for_arrays_builds_the_dataset_at_the_fits_batch_size():
+    """Keras' MNIST convnet example fits arrays with `batch_size=128, validation_split=0.1`:
+    the fix's dataset must batch 128, not Keras' default, and say how the validation split
+    goes (Keras takes it from arrays only); autotuning cannot be turned off on a pipeline
+    Keras builds itself."""
+    record = _fit([(0.6, 0.0, 0.0)] + [(0.3, 0.005, 0.0)] * 11, "numpy")
+    record.keras_calls[0].batch_size = 128.0
+    f = epoch_start_stall.check(record, None)
+    assert f is not None
+    assert ".batch(128).repeat()" in f.fix and "steps_per_epoch=len(x) // 128" in f.fix, f.fix
+    assert "validation_split" in f.fix and "for the datasets given to fit" not in f.fix, f.fix
+    # A dataset given to fit: its own options, and no arrays to batch.
+    f = epoch_start_stall.check(_fit([(0.6, 0.0, 0.0)] + [(0.3, 0.005, 0.0)] * 11), None)
+    assert "for the datasets given to fit" in f.fix and "from_tensor_slices" not in f.fix

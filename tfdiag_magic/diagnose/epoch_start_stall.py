@@ -142,18 +142,37 @@ def check(record: Record, source: str | None) -> Finding | None:
             if count
         ]
     )
-    fix = (
-        "Turn tf.data's autotuning off for the datasets given to fit, validation data"
-        " included: `options = tf.data.Options(); options.autotune.enabled = False;"
+    autotune_off = (
+        "`options = tf.data.Options(); options.autotune.enabled = False;"
         " ds = ds.with_options(options)`; the pipeline then runs with the buffer sizes and"
         " parallelism it was given instead of tuned ones."
     )
-    if in_training:
-        fix += " Or, for the training data, keep one iterator for the whole fit: " + (
-            "build the dataset once and repeat it (`tf.data.Dataset.from_tensor_slices((x,"
-            " y)).shuffle(len(x)).batch(32).repeat()`) and pass `steps_per_epoch=len(x) // 32`."
-            if kinds != ["dataset"]
-            else "`model.fit(dataset.repeat(), steps_per_epoch=N, ...)`, N the batches an epoch."
+    if kinds == ["dataset"]:
+        fix = (
+            "Turn tf.data's autotuning off for the datasets given to fit, validation data"
+            " included: " + autotune_off
+        )
+        if in_training:
+            fix += (
+                " Or, for the training data, keep one iterator for the whole fit:"
+                " `model.fit(dataset.repeat(), steps_per_epoch=N, ...)`, N the batches an epoch."
+            )
+    else:
+        # Keras builds the pipeline over arrays itself: the code cannot set its options.
+        batch = _batch_size(calls)
+        fix = (
+            "Keras makes the tf.data pipeline over arrays itself, autotuned; build the dataset"
+            " once yourself instead"
+            + (
+                f" and keep one iterator for the whole fit: `ds = tf.data.Dataset"
+                f".from_tensor_slices((x, y)).shuffle(len(x)).batch({batch}).repeat()`,"
+                f" `model.fit(ds, steps_per_epoch=len(x) // {batch}, ...)`"
+                if in_training
+                else ""
+            )
+            + " (with `validation_split`, split the arrays first and pass `validation_data`:"
+            " Keras splits only arrays), or turn autotuning off on the datasets you build: "
+            + autotune_off
         )
     if in_validation:
         fix += (
@@ -179,3 +198,13 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=asleep,
     )
+
+
+def _batch_size(calls: list) -> str:
+    """The fits' batch size where they share one, else a name for it."""
+    sizes = {call.batch_size for call in calls}
+    if len(sizes) == 1:
+        (size,) = sizes
+        if size == size and size > 0:
+            return str(int(size))
+    return "batch_size"

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.helpers import profiled
 from tfdiag_magic.diagnose import diagnose
 from tfdiag_magic.record import (
     KINDS,
@@ -385,3 +386,24 @@ def test_findings_of_a_healthy_gpu_run_are_at_most_notes():
     findings = diagnose(record)
     assert [f.code for f in findings] == ["mixed-precision-available"]
     assert findings[0].severity == "info"
+
+
+def test_no_mixed_precision_advice_when_the_code_set_the_policy_itself():
+    # TensorFlow's mixed-precision guide sets `mixed_float16` in its own code: the run starts
+    # under the default, float32, and trains under the policy it set.
+    record = training_record()
+    with_fit(record, dense_layers=18, layers=24)
+    record.facts["mixed_precision_policy_at_start"] = "float32"
+    record.facts["mixed_precision_policy"] = "mixed_float16"
+    assert "mixed-precision-available" not in found(record)
+
+
+def test_the_policy_the_code_sets_is_the_one_recorded(ip):
+    ip.run_cell("import keras")
+    try:
+        result, r = profiled(ip, "keras.mixed_precision.set_global_policy('mixed_float16')\n")
+    finally:
+        ip.run_cell("keras.mixed_precision.set_global_policy('float32')")
+    assert result.success
+    assert r.record.facts["mixed_precision_policy_at_start"] == "float32"
+    assert r.record.facts["mixed_precision_policy"] == "mixed_float16"

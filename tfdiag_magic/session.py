@@ -13,6 +13,7 @@ import contextlib
 import datetime as _dt
 import platform
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -262,6 +263,10 @@ class Session:
         # Set by the run or before it: an eager random op without a seed of its own then makes
         # a new kernel, kept by TensorFlow, on every call (diagnose/eager_kernels.py).
         record.facts["global_seed"] = self._stage("record (global seed)", global_seed)
+        # The Keras policy the code trained under: one it set itself is in force at the end,
+        # where the start read the default (`mixed-precision-available` reads both).
+        record.facts["mixed_precision_policy_at_start"] = record.facts.get("mixed_precision_policy")
+        record.facts["mixed_precision_policy"] = self._stage("record (policy)", _keras_policy)
         # Each probe writes its own part (the function table, GC pauses, NVML samples, facts);
         # one that fails is a line of the problems, and the others' parts are still kept.
         for probe in self._finishers:
@@ -346,6 +351,12 @@ def _environment_facts(tf: Any, gpus: list[str]) -> dict[str, Any]:
         "gpu": _gpu_facts(tf),
         "threads": threading.active_count(),
     }
+
+
+def _keras_policy() -> str | None:
+    """Keras' global policy now, where Keras is imported (None otherwise)."""
+    keras = sys.modules.get("keras")
+    return _policy_name(keras) if keras is not None else None
 
 
 def _policy_name(keras: Any) -> str | None:

@@ -57,9 +57,14 @@ def advised_policy(capability: tuple[int, int]) -> str | None:
 
 
 def check(record: Record, source: str | None) -> Finding | None:
-    policy = record.facts.get("mixed_precision_policy")
-    if policy not in (None, "float32") or not tf_readable(record):
+    # The policy at the run's end (one the code set) and at its start (one set before).
+    policies = [
+        record.facts.get("mixed_precision_policy"),
+        record.facts.get("mixed_precision_policy_at_start"),
+    ]
+    if any(p not in (None, "float32") for p in policies) or not tf_readable(record):
         return None
+    policy = record.facts.get("mixed_precision_policy")
     ran = not without_run(record)
     if ran and training_rows(record).size < MIN_STEPS:
         return None

@@ -50,6 +50,7 @@ CODES = [
     "gpu-not-used",
     "memory-growth-disabled",
     "mixed-precision-available",
+    "mixed-precision-without-tensor-cores",
 ]
 JOB_CODES = ["straggler"]  # findings of a merged multi-worker job
 

@@ -41,6 +41,9 @@ RULE_MODULES: tuple[str, ...] = (
     "gpu_not_used",
     "memory_growth_disabled",
     "mixed_precision_available",
+    # The doctor's rule, on the policy the run trained under (read at its end): a cell that
+    # sets `mixed_float16` and trains on the CPU.
+    "gpu_rules.mixed_precision_without_tensor_cores",
 )
 
 

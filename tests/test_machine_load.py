@@ -61,19 +61,28 @@ def test_unread_samples_are_skipped_and_short_or_missing_spans_are_not_read():
     assert load_over(_sampled([0.0, 0.1], [0.0, 0.2], [0.0, 0.18]), 0.0, 0.1).others == 0.0
 
 
-def _with_load(record: Record, cpu_per_step, others_cpus) -> Record:
+def _with_load(record: Record, cpu_per_step, others_cpus, kept_waiting: bool = True) -> Record:
     """Samples every 20 steps: the process's CPU seconds per step and the other programs'
-    CPUs (functions of the step's index), the CPUs' busy time their sum."""
+    CPUs (functions of the step's index), the CPUs' busy time their sum; the process's threads
+    waited for a CPU for all of each step's time off the CPU where `kept_waiting` (a
+    neighbour held them back), for none of it otherwise (they slept)."""
     starts = record.steps["start"]
     ends = starts + record.steps["duration"]
     rows = [*range(0, 200, 20), 199]
-    times, own, busy = [float(starts[0])], [0.0], [0.0]
+    times, own, busy, waited = [float(starts[0])], [0.0], [0.0], [0.0]
     for before, row in itertools.pairwise(rows):
         wall = float(ends[row] - times[-1])
-        own.append(own[-1] + cpu_per_step(row) * (row - before))
-        busy.append(busy[-1] + cpu_per_step(row) * (row - before) + others_cpus(row) * wall)
+        cpu = cpu_per_step(row) * (row - before)
+        own.append(own[-1] + cpu)
+        busy.append(busy[-1] + cpu + others_cpus(row) * wall)
+        waited.append(waited[-1] + (max(0.0, wall - cpu) if kept_waiting else 0.0))
         times.append(float(ends[row]))
-    record.memory.update(time=np.array(times), cpu_self=np.array(own), cpus_busy=np.array(busy))
+    record.memory.update(
+        time=np.array(times),
+        cpu_self=np.array(own),
+        cpus_busy=np.array(busy),
+        threads_waited=np.array(waited),
+    )
     return record
 
 
@@ -104,6 +113,20 @@ def test_a_rise_in_the_steps_own_work_is_a_slowdown_on_a_busy_machine_too():
     )
     found = progressive_slowdown.check(record, RISING)
     assert found is not None and found.evidence["ratio"] >= 3
+
+
+def test_a_sleep_that_grows_on_a_machine_others_keep_full_is_a_slowdown():
+    # The loop gives its CPU up as it sleeps longer, and the neighbours, who keep every CPU
+    # busy, take it: the same CPUs as a busy machine's, but the loop's threads wait no more
+    # for a CPU (a real case: CI's loaded run of tests/test_root_causes.py, iterations that
+    # slept i * 20 µs longer, was silent).
+    record = _with_load(
+        rising_steps(4.0, first=0.005),
+        lambda row: 0.004,
+        lambda row: _rise(row, 0.1, 1.6),
+        kept_waiting=False,
+    )
+    assert progressive_slowdown.check(record, RISING) is not None
 
 
 def test_a_rise_that_leaves_the_cpus_idle_is_a_slowdown():

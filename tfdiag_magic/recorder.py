@@ -279,7 +279,8 @@ class Recorder:
         # program's; NaN where not read.
         self.mem_cpu_self = array("d")
         self.mem_cpus_busy = array("d")
-        self.load_reader: Callable[[], tuple[float, float] | None] | None = None
+        self.mem_threads_waited = array("d")  # seconds its threads waited in run queues
+        self.load_reader: Callable[[], tuple[float, float, float] | None] | None = None
         self.code_file: str | None = None
         self.gpu_memory: dict[str, tuple[array, array]] = {}
         self.rss_reader: Callable[[], int] | None = None
@@ -929,6 +930,7 @@ class Recorder:
         load = self.load_reader() if self.load_reader is not None else None
         self.mem_cpu_self.append(load[0] if load is not None else NAN)
         self.mem_cpus_busy.append(load[1] if load is not None else NAN)
+        self.mem_threads_waited.append(load[2] if load is not None else NAN)
         if self.gpu_reader is not None:
             for device, (current, peak) in self.gpu_reader().items():
                 columns = self.gpu_memory.get(device)
@@ -1059,6 +1061,8 @@ class Recorder:
         # the process's CPU seconds, and its CPUs' busy seconds (every program's); NaN: not read
         memory["cpu_self"] = np.array(self.mem_cpu_self, dtype=np.float64)
         memory["cpus_busy"] = np.array(self.mem_cpus_busy, dtype=np.float64)
+        # the seconds the process's living threads had waited in run queues; NaN: not read
+        memory["threads_waited"] = np.array(self.mem_threads_waited, dtype=np.float64)
         for device, (current, peak) in self.gpu_memory.items():
             memory[f"gpu:{device}:current"] = np.array(current, dtype=np.int64)
             memory[f"gpu:{device}:peak"] = np.array(peak, dtype=np.int64)

@@ -30,6 +30,11 @@ MIN_SPAN_S = 0.05  # five ticks of /proc/stat a CPU at least
 BUSY_MAX_WORK_RISE = 1.5
 BUSY_MIN_TAKEN_CPUS = 0.25  # a neighbour's arrival, beyond /proc/stat's ticks
 BUSY_MIN_TAKEN_SHARE = 0.5
+# And the process's threads' wait for a CPU per step rose by at least this share of the
+# steps' rise in time (a step that sleeps longer on a machine others keep full gives its CPU
+# up and they take it: measured, a loop whose iterations slept i * 20 µs longer each read "a
+# busy machine" by the CPUs alone).
+BUSY_MIN_WAIT_SHARE = 0.5
 # The report says the machine was busy when other programs kept at least this many CPUs, and
 # this share of the CPUs the process may use, busy over the run: one neighbour's half core on
 # a small machine, not the background of a large host.
@@ -45,6 +50,9 @@ class Load:
     end: float
     own: float  # the process's CPU seconds, all its threads
     others: float  # every other program's, on the CPUs the process may use
+    # Seconds the process's threads waited in run queues (a lower bound: a thread that ended
+    # took its count with it); NaN where not counted.
+    waited: float = float("nan")
 
     @property
     def wall(self) -> float:
@@ -86,7 +94,11 @@ def load_over(record: Record, start: float, end: float) -> Load | None:
         return None
     own_seconds = float(own[last] - own[first])
     others = max(0.0, float(busy[last] - busy[first]) - own_seconds)
-    return Load(float(times[first]), float(times[last]), own_seconds, others)
+    waits = memory.get("threads_waited")
+    waited = float("nan")
+    if waits is not None and waits.size == times.size:
+        waited = max(0.0, float(waits[last] - waits[first]))  # NaN stays NaN
+    return Load(float(times[first]), float(times[last]), own_seconds, others, waited)
 
 
 def made_by_a_busy_machine(
@@ -94,28 +106,36 @@ def made_by_a_busy_machine(
 ) -> bool:
     """Whether steps (the step table's `rows`) that took longer in the span `late` than in
     the span `early` were slowed by other programs: their process's CPU time per step rose by
-    less than `BUSY_MAX_WORK_RISE` (the work did not grow), and of the CPUs the process kept
-    busy less of, other programs took at least `BUSY_MIN_TAKEN_SHARE` (a wait for a device,
-    a file or a sleep leaves them idle instead). False without load samples."""
+    less than `BUSY_MAX_WORK_RISE` (the work did not grow), of the CPUs the process kept busy
+    less of other programs took at least `BUSY_MIN_TAKEN_SHARE` (a wait for a device, a file
+    or a sleep on a quiet machine leaves them idle instead), and its threads' wait for a CPU
+    per step grew by `BUSY_MIN_WAIT_SHARE` of the steps' rise (a sleep that grows does not
+    make them wait for a CPU). False without load samples."""
     before, after = load_over(record, *early), load_over(record, *late)
     if before is None or after is None:
         return False
-    work_before, work_after = (_cpu_per_step(record, load, rows) for load in (before, after))
-    if work_before is None or work_after is None:
+    steps_before, steps_after = (_steps_in(record, load, rows) for load in (before, after))
+    if not steps_before or not steps_after:
         return False
+    work_before, work_after = before.own / steps_before, after.own / steps_after
     if work_after >= BUSY_MAX_WORK_RISE * work_before:
         return False
     given_up = before.own_cpus - after.own_cpus
     taken = after.others_cpus - before.others_cpus
-    return taken >= BUSY_MIN_TAKEN_CPUS and taken >= BUSY_MIN_TAKEN_SHARE * given_up
+    if taken < BUSY_MIN_TAKEN_CPUS or taken < BUSY_MIN_TAKEN_SHARE * given_up:
+        return False
+    # The steps were kept waiting for a CPU: their wait per step grew with their time. A step
+    # that sleeps longer (a wait that grows) gives its CPU up as well, and on a machine that
+    # others keep full they take it, but its threads wait no more for a CPU.
+    rise = after.wall / steps_after - before.wall / steps_before
+    waiting_rise = after.waited / steps_after - before.waited / steps_before
+    return rise > 0 and waiting_rise >= BUSY_MIN_WAIT_SHARE * rise
 
 
-def _cpu_per_step(record: Record, load: Load, rows: np.ndarray) -> float | None:
-    """The process's CPU seconds over `load`'s span per step of `rows` that started in it."""
+def _steps_in(record: Record, load: Load, rows: np.ndarray) -> float:
+    """The recorded steps of `rows` that started in `load`'s span."""
     starts = record.steps["start"][rows]
-    inside = rows[(starts >= load.start) & (starts < load.end)]
-    steps = _steps_stood_for(record, inside)
-    return load.own / steps if steps else None
+    return _steps_stood_for(record, rows[(starts >= load.start) & (starts < load.end)])
 
 
 def _steps_stood_for(record: Record, rows: np.ndarray) -> float:

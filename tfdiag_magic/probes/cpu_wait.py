@@ -27,11 +27,13 @@ wait counts whole.
 
 The probe also gives the recorder its `load_reader`: at each memory sample (every 50 ms at
 most), the process's CPU seconds and the seconds its CPUs have been busy, every program's
-(``Record.memory["cpu_self"]`` and ``["cpus_busy"]``): between two samples, what the other
-programs took of the CPUs, and what the run's own work took. A rise in step time that came
-with the other programs' arrival and no more CPU per step is a busy machine's
-(diagnose/machine_load.py). The reads are paced to 1 % of the time at most (`paced_read`):
-``/proc/stat`` has a line per CPU, 30 µs on two CPUs.
+and the seconds its threads have waited in run queues (``Record.memory["cpu_self"]``,
+``["cpus_busy"]``, ``["threads_waited"]``): between two samples, what the other programs took
+of the CPUs, what the run's own work took, and how long its work was kept waiting for a CPU.
+A rise in step time that came with no more CPU per step, while the steps' wait for a CPU grew
+with it, is a busy machine's (diagnose/machine_load.py). The reads are paced to 1 % of the
+time at most (`paced_read`): ``/proc/stat`` has a line per CPU, 30 µs on two CPUs, and the
+threads' counts a file each, about 17 µs a thread.
 
 The totals are read twice per run, from files only: nothing of the run's is touched. None
 where the kernel does not provide the counts (not Linux, or a kernel that keeps no scheduler
@@ -40,6 +42,7 @@ statistics and writes zeros there): a comparison then keeps its widest floor.
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import threading
@@ -80,13 +83,13 @@ class CpuWaitProbe:
         self._busy_start: float | None = None
         self._own_start = 0.0
         self._other: float | None = None
-        self._load: PacedReader[tuple[float, float] | None] | None = None
+        self._load: PacedReader[tuple[float, float, float] | None] | None = None
 
     def install(self, recorder: Recorder | None) -> None:
         """Reads the counts the run starts from; gives `recorder` (None: the run's totals
         only) its load reader."""
         if recorder is not None and cpus_busy() is not None:
-            self._load = PacedReader(load_now, None)
+            self._load = PacedReader(LoadReader(), None)
             recorder.load_reader = self._load
         self._thread = threading.get_native_id()
         self._start = thread_times(self._thread)
@@ -126,10 +129,45 @@ class CpuWaitProbe:
             record.facts["usable_cpus"] = _usable_cpus()
 
 
-def load_now() -> tuple[float, float] | None:
-    """The process's CPU seconds and the seconds the CPUs it may use have been busy, or None."""
-    busy = cpus_busy()
-    return None if busy is None else (time.process_time(), busy)
+class LoadReader:
+    """Reads the load (`__call__`): the process's CPU seconds, the seconds the CPUs it may use
+    have been busy, and the seconds its threads have waited in run queues since the first
+    read, or None where ``/proc/stat`` cannot be read.
+
+    The wait is summed from each thread's rise between two reads, so a thread that ends (a
+    tf.data iterator's, at each epoch's end) keeps what it waited before the last read where
+    a sum over the living threads would lose it all."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+        self._waited = 0  # nanoseconds
+        self._counted = True
+
+    def __call__(self) -> tuple[float, float, float] | None:
+        busy = cpus_busy()
+        if busy is None:
+            return None
+        return (time.process_time(), busy, self._threads_waited())
+
+    def _threads_waited(self) -> float:
+        if not self._counted:
+            return math.nan
+        try:
+            tasks = os.listdir(_TASKS)
+        except OSError:
+            self._counted = False
+            return math.nan
+        now: dict[str, int] = {}
+        for task in tasks:
+            try:
+                with open(f"{_TASKS}/{task}/schedstat", encoding="ascii") as file:
+                    now[task] = int(file.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that ended meanwhile, or no statistics
+        last = self._last
+        self._waited += sum(value - last[task] for task, value in now.items() if task in last)
+        self._last = now
+        return self._waited / 1e9
 
 
 def own_cpu() -> float:

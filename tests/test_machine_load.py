@@ -187,18 +187,15 @@ def test_neighbours_arriving_mid_loop_are_read_as_a_busy_machine(ip):
     assert result.success and len(hogs) == 2
     steps = r.record.steps
     rows = np.flatnonzero((steps["phase"] == Phase.of("train")) & ~steps["traced"])[1:]
-    windows = np.array_split(rows, 10)
-
-    def span(window):
-        return float(steps["start"][window[0]]), float(
-            steps["start"][window[-1]] + steps["duration"][window[-1]]
-        )
-
-    early, late = load_over(r.record, *span(windows[0])), load_over(r.record, *span(windows[-1]))
-    assert early is not None and late is not None, r.record.memory
-    reading = f"early {early}, late {late}, steps {r.steps['duration'].describe()}"
-    assert late.others_cpus - early.others_cpus >= 0.25, reading
-    assert made_by_a_busy_machine(r.record, span(windows[0]), span(windows[-1]), rows), reading
+    # The halves of the training, seconds long each: a window's reading can be a few ticks of
+    # /proc/stat, or stretched over a pause to the samples around it (then the guard judges
+    # nothing and the rule's own bars hold); the halves show the neighbours' arrival.
+    half = rows.size // 2
+    first = load_over(r.record, float(steps["start"][rows[0]]), float(steps["start"][rows[half]]))
+    second = load_over(r.record, float(steps["start"][rows[half]]), float(steps["start"][rows[-1]]))
+    assert first is not None and second is not None, r.record.memory
+    assert not np.isnan(first.waited) and not np.isnan(second.waited)
+    assert second.others_cpus - first.others_cpus >= 0.25, (first, second)
     assert_silent(r, "progressive-slowdown")
     assert not problems(r), listing(r)
 

@@ -3,8 +3,9 @@ programs' CPU time on the CPUs the process may use, from the recorder's load sam
 (``Record.memory["cpu_self"]`` and ``["cpus_busy"]``, probes/cpu_wait.py).
 
 A step that slows because the machine got busy does the same work, later: its CPU time stays,
-while other programs take the CPUs it waited for. A step that slows because its work grew (a
-tensor concatenated onto, a list stacked) takes more CPU time itself. The samples are at most
+its threads wait longer for a CPU, and other programs take the CPUs. A step that slows because
+its work grew (a tensor concatenated onto, a list stacked) takes more CPU time itself; one that
+sleeps longer waits no longer for a CPU. The samples are at most
 50 ms apart, and ``/proc/stat`` counts in ticks (10 ms a CPU): a span is read between the
 samples around it, and a span shorter than `MIN_SPAN_S` is not read.
 """

@@ -61,8 +61,10 @@ whole), the late median must be at least 3 times the early one (4.5 times where 
 
 Nor is a rise the machine made: where the run read what the CPUs did (Linux), a rise whose
 steps took no more CPU time each in the last tenth than in the first (less than 1.5 times),
-while the process kept fewer CPUs busy and other programs took at least half of what it gave
-up (and a quarter of a CPU at least), is other programs' arrival, however large. A step that
+while the process kept fewer CPUs busy, other programs took at least half of what it gave up
+(and a quarter of a CPU at least), and its threads' wait for a CPU per step grew by half the
+steps' rise, is other programs' arrival, however large. (A sleep that grows also gives the
+CPU up, and on a full machine others take it, but its threads wait no more for a CPU.) A step that
 uses several threads (TensorFlow's) can slow far more than 2× when neighbours arrive: a
 healthy MirroredStrategy loop read up to 5.2× with two or three CPU hogs started at its second
 epoch, its CPU per step 0.80-1.22×; the cells whose work grows read 5.6-9.5× CPU per step,

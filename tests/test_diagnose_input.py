@@ -1808,7 +1808,7 @@ def test_gc_pauses_at_one_line_name_it_and_ask_for_fewer_objects_there(tab):
         "for epoch in range(6):\n"
         "    for xb, yb in ds:\n"
         "        train_step(xb, yb)\n"
-        "    tables.append([[i, [float(v)]] for i, v in enumerate(x.ravel())])\n",
+        "    tables.append([[i, [float(v)]] for i, v in enumerate(np.tile(x.ravel(), 4))])\n",
     )
     assert result.success
     f = the(r, "gc-pauses")

@@ -275,8 +275,8 @@ class Recorder:
         # compiled under (a cell's, a script's path); None: lines are not looked for.
         self.mem_line = array("i")
         # What the machine did meanwhile (probes/cpu_wait.py's `load_reader`): at each sample,
-        # the process's CPU seconds and the seconds the CPUs it may use have been busy, every
-        # program's; NaN where not read.
+        # the process's CPU seconds, the seconds the CPUs it may use have been busy, every
+        # program's, and its threads' wait in run queues; NaN where not read.
         self.mem_cpu_self = array("d")
         self.mem_cpus_busy = array("d")
         self.mem_threads_waited = array("d")  # seconds its threads waited in run queues
@@ -1061,7 +1061,8 @@ class Recorder:
         # the process's CPU seconds, and its CPUs' busy seconds (every program's); NaN: not read
         memory["cpu_self"] = np.array(self.mem_cpu_self, dtype=np.float64)
         memory["cpus_busy"] = np.array(self.mem_cpus_busy, dtype=np.float64)
-        # the seconds the process's living threads had waited in run queues; NaN: not read
+        # the seconds the process's threads had waited in run queues since the first read,
+        # summed from each thread's rise between reads (LoadReader); NaN: not read
         memory["threads_waited"] = np.array(self.mem_threads_waited, dtype=np.float64)
         for device, (current, peak) in self.gpu_memory.items():
             memory[f"gpu:{device}:current"] = np.array(current, dtype=np.int64)

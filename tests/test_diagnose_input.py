@@ -386,6 +386,7 @@ def test_input_bound_fit_on_a_python_map_that_sets_the_pace(feats):
     assert ev["wait_beyond_ready_batch_s"] >= 0.2
     assert ev["pipeline"] == {
         "prefetched": False,
+        "last_stage_runs_ahead": False,
         "cached": False,
         "one_at_a_time": ["map(tf_features)"],
         "python": ["tf_features"],
@@ -930,6 +931,32 @@ def test_input_bound_on_a_recorded_run_says_what_the_dataset_lacks_without_the_c
     quiet = recorded_fit(batch, serial, source)
     quiet.keras_calls[0].input_wait = 0.4  # 27% of the measured time: the silent band
     assert input_bound.check(quiet, None) is None
+
+
+def test_no_prefetch_is_asked_after_a_last_stage_that_runs_ahead_of_the_step():
+    """A pipeline whose last stage is a parallel map (the time-series tutorial's `split_window`
+    after the batches of `timeseries_dataset_from_array`, which tf.data parallelises itself)
+    already makes the next batch while the step runs: a prefetch after it measured no faster
+    (quiet) and slower (beside other programs). The finding does not say it lacks one, and the
+    rewrite adds none; a synchronous last stage still gets it."""
+    from tfdiag_magic.record import DatasetStage
+
+    source = DatasetStage("RangeDataset", 2)
+    batch = DatasetStage("BatchDataset", 1)
+    cell = "import tensorflow as tf\nds = data.batch(32).map(split)\nmodel.fit(ds, epochs=3)\n"
+    for split, ahead in (
+        (DatasetStage("MapDataset", 0, function="split", auto_parallel=True), True),
+        (DatasetStage("ParallelMapDataset", 0, function="split", parallel=True), True),
+        (DatasetStage("MapDataset", 0, function="split", random=True), False),
+    ):
+        f = input_bound.check(recorded_fit(split, batch, source), cell)
+        assert f is not None
+        assert f.evidence["pipeline"]["last_stage_runs_ahead"] is ahead
+        assert f.evidence["pipeline"]["prefetched"] is False
+        proposed = (f.rewrite or "") + f.fix
+        assert ("prefetch" in proposed) is not ahead, (split, f.fix, f.rewrite)
+        if ahead:
+            assert "makes its next elements ahead of the step" in f.detail
 
 
 def test_a_cache_is_offered_only_where_the_pipeline_has_work_to_keep():

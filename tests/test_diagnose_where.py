@@ -489,3 +489,35 @@ def test_eager_py_function_where_memory_grew_is_named_as_the_cause():
     assert f.evidence["eager_py_functions"] == ["line 5: tf.py_function"]
     assert "seedless_random_ops" not in f.evidence
     assert "new token" in f.detail and "Python function itself" in f.fix
+
+
+def test_a_fit_made_in_a_helper_of_the_cell_names_the_lines_that_called_it(ip):
+    """TensorFlow's time-series tutorial fits each model through its own `compile_and_fit`:
+    every fit is at the helper's one line, and the user needs the line that called it to tell
+    the models apart. Each Keras call keeps both; a call made at the cell's own level keeps
+    only its line. (The cell's lines count from the magic's line, as its tracebacks do.)"""
+    from tfdiag_magic.diagnose.evidence import call_label
+
+    result, r = profiled(
+        ip,
+        "import numpy as np, keras\n"
+        "x = np.zeros((64, 3), 'float32'); y = np.zeros((64, 4), 'float32')\n"
+        "def compile_and_fit(model, epochs=1):\n"
+        "    model.compile(optimizer='sgd', loss='mse')\n"
+        "    return model.fit(x, y, epochs=epochs, verbose=0)\n"
+        "linear = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])\n"
+        "compile_and_fit(linear)\n"
+        "dense = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])\n"
+        "history = compile_and_fit(dense, epochs=2)\n"
+        "dense.fit(x, y, verbose=0)\n",
+    )
+    assert result.success
+    fits = [call for call in r.record.keras_calls if call.api == "fit"]
+    assert [(c.line, c.caller_line) for c in fits] == [(6, 8), (6, 10), (11, -1)]
+    assert [call_label(r.record, c) for c in fits] == [
+        "line 6: return model.fit(x, y, epochs=epochs, verbose=0),"
+        " called from line 8: compile_and_fit(linear)",
+        "line 6: return model.fit(x, y, epochs=epochs, verbose=0),"
+        " called from line 10: history = compile_and_fit(dense, epochs=2)",
+        "line 11: dense.fit(x, y, verbose=0)",
+    ]

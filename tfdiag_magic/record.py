@@ -246,6 +246,9 @@ class KerasCall:
     batch_size: float  # NaN when unknown
     data: str  # what the data argument was: "numpy", "tensor", "dataset", "generator", ...
     line: int = -1  # the line of the profiled code that made the call, as tracebacks count
+    # The line of the profiled code's outermost frame where it is not `line`: the call made in
+    # a function of the code's own (``compile_and_fit(model, window)`` calling ``model.fit``).
+    caller_line: int = -1
     dense_layers: int = 0  # Dense/Conv/attention-style layers of the model (Tensor Core work)
     layers: int = 0
     data_time: float = float("nan")  # seconds a generator / PyDataset took to make the batches

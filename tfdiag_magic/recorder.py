@@ -951,21 +951,31 @@ class Recorder:
     def user_line(self) -> int:
         """The line of the profiled code running now on this thread: that of the innermost
         frame of `code_file` on the stack (a line of the cell or script, or of a function it
-        defines); -1 when none is (or no `code_file` is set).
+        defines); -1 when none is (or no `code_file` is set)."""
+        return self.user_lines()[0]
+
+    def user_lines(self) -> tuple[int, int]:
+        """The lines of the profiled code running now on this thread: that of the innermost
+        frame of `code_file` on the stack, and that of its outermost (where the code called a
+        function of its own that made the call: ``compile_and_fit(model, window)`` around a
+        ``model.fit``); (-1, -1) when none is (or no `code_file` is set).
 
         The one place the tool reads the stack: where the user's code is, at a memory sample
-        (every `memory_interval` at most) or a model build, never per step. A walk of a few
-        dozen frames, a few microseconds.
+        (every `memory_interval` at most), a long GC pause, a model build or a Keras call,
+        never per step. A walk of a few dozen frames, a few microseconds.
         """
         code_file = self.code_file
+        innermost = outermost = -1
         if code_file is None:
-            return -1
+            return innermost, outermost
         frame = sys._getframe(1)
         while frame is not None:
             if frame.f_code.co_filename == code_file:
-                return frame.f_lineno or -1
+                outermost = frame.f_lineno or -1
+                if innermost < 0:
+                    innermost = outermost
             frame = frame.f_back
-        return -1
+        return innermost, outermost
 
     # -- warnings and errors -------------------------------------------------------------------
 
@@ -1159,6 +1169,7 @@ class Recorder:
             return {}
         numbers = set(self.mem_line) | {m.line for m in self.models}
         numbers |= {call.line for call in self.keras_calls}
+        numbers |= {call.caller_line for call in self.keras_calls}
         texts: dict[int, str] = {}
         for number in sorted(n for n in numbers if n > 0)[:MAX_LINE_TEXTS]:
             text = linecache.getline(self.code_file, number).strip()

@@ -122,7 +122,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     in_training = sum(1 for _, start in stalled if not start.validation)
     in_validation = len(stalled) - in_training
     evidence = {
-        "calls": [call_label(record, call) for call in calls],
+        "calls": list(dict.fromkeys(call_label(record, call) for call in calls)),
         "data": kinds,
         "starts_measured": len(measured),
         "stalled_epoch_starts": in_training,

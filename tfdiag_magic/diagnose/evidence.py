@@ -77,11 +77,22 @@ def loop_label(record: Record, loop_id: int) -> str:
 
 def call_label(record: Record, call: KerasCall) -> str:
     """Where a Keras call was made: ``line 17: model.fit(train, epochs=30)`` (the line's text
-    where the run kept it), or the model's name where the line is not known."""
+    where the run kept it), and where it was made in a function of the code's own, the line
+    that called that function (``..., called from line 40: compile_and_fit(lstm, window)``);
+    the model's name where the line is not known."""
     if call.line < 0:
         return f"model '{call.model}'"
-    text = record.lines.get(call.line, "")
-    return f"line {call.line}: {text[:80]}" if text else f"line {call.line}"
+    label = _line_text(record, call.line)
+    if call.caller_line >= 0 and call.caller_line != call.line:
+        label += f", called from {_line_text(record, call.caller_line)}"
+    return label
+
+
+def _line_text(record: Record, line: int) -> str:
+    """``line 17: model.fit(train, epochs=30)``: the line of the profiled code and its text,
+    where the run kept it (at most 80 characters)."""
+    text = record.lines.get(line, "")
+    return f"line {line}: {text[:80]}" if text else f"line {line}"
 
 
 def rounded(value: float | None, digits: int = 4) -> float | None:

@@ -358,6 +358,9 @@ class KerasProbe:
                     matmul += any(word in type(layer).__name__ for word in _MATMUL_LAYERS)
             except Exception:
                 pass
+        # Read for the calls kept one by one (past them, calls are summed by kind).
+        kept = len(rec.keras_calls) < rec.keras_calls_kept
+        line, outermost = rec.user_lines() if kept else (-1, -1)
         rec.add_keras_call(  # kept, or past the first ones summed with its kind (bounded)
             KerasCall(
                 api=api,
@@ -368,8 +371,8 @@ class KerasProbe:
                 loop=rec.innermost_loop(),
                 model=str(getattr(model, "name", "?")),
                 batch_size=rec.keras_batch,
-                # Read for the calls kept one by one (past them, calls are summed by kind).
-                line=rec.user_line() if len(rec.keras_calls) < rec.keras_calls_kept else -1,
+                line=line,
+                caller_line=outermost if outermost != line else -1,
                 data=data_kind(data) if api != "compile" else "",
                 dense_layers=matmul,
                 layers=layers,

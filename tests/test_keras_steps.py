@@ -228,6 +228,35 @@ def test_a_phase_of_two_models_is_split_by_model(keras_ip):
     assert "model small" in text and "model large" in text
 
 
+FROZEN_THEN_FINE_TUNED = """
+base = keras.Sequential([keras.Input((6,)), keras.layers.Dense(512, activation="relu"),
+                         keras.layers.Dense(512, activation="relu")], name="base")
+model = keras.Sequential([base, keras.layers.Dense(1)], name="tuned")
+base.trainable = False
+model.compile(optimizer="adam", loss="mse")
+model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+base.trainable = True
+model.compile(optimizer=keras.optimizers.Adam(1e-5), loss="mse")
+model.fit(x, y, batch_size=16, epochs=3, verbose=0)
+"""
+
+
+def test_a_model_compiled_again_is_split_by_its_compiles(keras_ip):
+    # Transfer learning fits a model with its base frozen, then unfreezes the base and
+    # compiles again: the fine-tuning steps (a new training function, several times as long in
+    # keras-io's guide) get their own numbers, named by the compile they followed.
+    from tfdiag_magic.views.text import render_text
+
+    result, r = profiled(keras_ip, FROZEN_THEN_FINE_TUNED)
+    assert result.success
+    train = r.report()["steps"]["phase_models"]["train"]["models"]
+    assert [(m["model"], m["count"]) for m in train] == [
+        ("tuned, compiled at line 7", 5 * 2),
+        ("tuned, compiled at line 10", 5 * 3),
+    ]
+    assert "model tuned, compiled at line 10" in render_text(r.report())
+
+
 def test_a_phase_of_one_model_is_not_split(keras_ip):
     result, r = profiled(
         keras_ip, "m = make_model()\nfor _ in range(2):\n    m.fit(x, y, epochs=2, verbose=0)"

@@ -30,20 +30,45 @@ MAX_ROWS = 6
 
 def rows_by_model(record: Record) -> tuple[np.ndarray, list[str]]:
     """For each step row, the index of its Keras call's model in the returned names (in order
-    of their first call), or -1 for a row of no kept call."""
+    of their first call), or -1 for a row of no kept call.
+
+    A model compiled again between its calls (its layers frozen for a first fit, then unfrozen
+    and compiled for fine-tuning, with steps several times as long) is a new training function:
+    its calls after each compile are a model of their own here, named with the line of the
+    compile (``base, compiled at line 57``)."""
     starts = record.steps["start"]
     owner = np.full(starts.size, -1, dtype=np.int32)
-    names: list[str] = []
-    for call in record.keras_calls:
+    keys: list[tuple[str, int]] = []
+    compiled: dict[str, int] = {}  # the model's compiles so far, in the run
+    compile_lines: dict[tuple[str, int], int] = {}
+    for call in sorted(record.keras_calls, key=lambda c: c.start):
+        if call.api == "compile":
+            compiled[call.model] = compiled.get(call.model, 0) + 1
+            compile_lines[(call.model, compiled[call.model])] = call.line
+            continue
         if call.steps <= 0:
             continue
         lo, hi = np.searchsorted(starts, (call.start, call.start + call.duration), side="left")
         if hi <= lo:
             continue
-        if call.model not in names:
-            names.append(call.model)
-        owner[lo:hi] = names.index(call.model)
+        key = (call.model, compiled.get(call.model, 0))
+        if key not in keys:
+            keys.append(key)
+        owner[lo:hi] = keys.index(key)
+    builds: dict[str, int] = {}
+    for model, _ in keys:
+        builds[model] = builds.get(model, 0) + 1
+    names = [
+        model if builds[model] == 1 else _compiled_name(model, n, compile_lines.get((model, n), -1))
+        for model, n in keys
+    ]
     return owner, names
+
+
+def _compiled_name(model: str, compiles: int, line: int) -> str:
+    if compiles == 0:
+        return f"{model}, compiled before the run"
+    return f"{model}, compiled at line {line}" if line >= 0 else f"{model}, compile {compiles}"
 
 
 def phase_models(record: Record) -> dict[str, dict[str, Any]]:

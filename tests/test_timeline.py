@@ -276,3 +276,28 @@ def test_a_reduced_table_draws_its_window_from_the_rows_it_kept_in_full():
     timeline = step_timeline(record)
     assert timeline["first_step"] + timeline["steps"] <= 10, timeline
     assert timeline["between_share"] == pytest.approx(0.8), timeline  # 2 ms of every 10
+
+
+def test_the_window_is_drawn_from_the_model_whose_steps_took_the_most_time():
+    # A small model's 40 quick steps, then a large model's 20 steps of 50 ms (keras-io's guide
+    # to customising fit: a toy model before the GAN that takes 90% of the run): a window by
+    # position alone would lie among the toy's steps.
+    from tfdiag_magic.record import KerasCall
+
+    record = _record([i in (0, 40) for i in range(60)], [0] * 60)
+    record.steps["kind"][:] = Kind.KERAS
+    record.steps["start"][40:] = 1.0 + 0.060 * np.arange(20)
+    record.steps["duration"][40:] = 0.050
+    record.keras_calls = [
+        KerasCall("fit", 0.0, 0.5, 40, 0.08, -1, "toy", 32.0, "numpy", line=2),
+        KerasCall("fit", 0.9, 1.5, 20, 1.0, -1, "gan", 32.0, "dataset", line=5),
+    ]
+    timeline = step_timeline(record)
+    assert timeline["model"] == "gan", timeline
+    assert timeline["first_step"] >= 1 and timeline["span"] > 6 * 0.050, timeline
+    assert window_words(timeline).startswith("train steps ") and " of model gan (" in (
+        window_words(timeline)
+    )
+    # One model's steps: no model named.
+    record.keras_calls = record.keras_calls[1:]
+    assert step_timeline(_record([False] * 20, [0] * 20))["model"] is None

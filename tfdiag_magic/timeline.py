@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .phase_split import rows_by_model
 from .record import Kind, Phase, Record
 
 STEPS = 6  # steps in the window (fewer, down to three, where no window of six is steady)
@@ -38,6 +39,7 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
     rows = np.flatnonzero((table["phase"] == code) & stepped)
     if record.reduced:  # past its first rows a long run's table keeps one row in `stride`
         rows = rows[rows < record.dropped.full_rows]
+    rows, model = _busiest_model(record, rows)
     if rows.size < 3:  # a window needs a step before it
         return None
     count = min(steps, rows.size - 1)
@@ -76,7 +78,10 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
     shares = {kind: _covered(clipped, kind) / span for kind in SEGMENT_KINDS}
     return {
         "phase": phase,
-        "first_step": int(first),  # index among the phase's steps, from 0
+        # The Keras model whose steps these are, where the phase holds several models' steps
+        # (the one with the most time in them); None otherwise.
+        "model": model,
+        "first_step": int(first),  # index among the phase's (or the model's) steps, from 0
         "steps": int(count),
         "span": round(span, 7),
         "step_starts": [round(float(s) - t0, 7) for s in starts[first : first + count]],
@@ -87,6 +92,23 @@ def step_timeline(record: Record, steps: int = STEPS) -> dict[str, Any] | None:
         # Empty for a steady window; else what every window of three steps or more held.
         "unsteady": unsteady,
     }
+
+
+def _busiest_model(record: Record, rows: np.ndarray) -> tuple[np.ndarray, str | None]:
+    """Where `rows` hold the steps of several Keras models (several fits of a cell: a toy model
+    before the real one, a GAN after a small example), the rows of the one whose steps took the
+    most time, and its name: a window drawn by position could show a model with 1% of the run.
+    `rows` unchanged and None otherwise."""
+    if not record.keras_calls or rows.size == 0:
+        return rows, None
+    owner, names = rows_by_model(record)
+    mine = owner[rows]
+    groups = np.unique(mine)
+    if groups.size < 2:
+        return rows, None
+    time = [float(record.steps["duration"][rows[mine == g]].sum()) for g in groups]
+    best = int(groups[int(np.argmax(time))])
+    return rows[mine == best], (names[best] if best >= 0 else None)
 
 
 def _what_unsteadies(

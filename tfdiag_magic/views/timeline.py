@@ -122,9 +122,12 @@ def window_words(timeline: dict[str, Any]) -> str:
         f"{LABELS[kind]} {100 * shares[kind]:.0f}%" for kind in LABELS if shares.get(kind, 0) > 0
     ]
     parts.append(f"between steps {100 * timeline['between_share']:.0f}%")
+    model = timeline.get("model")
     words = (
-        f"{timeline['phase']} steps {first}-{first + timeline['steps'] - 1} "
-        f"({seconds(timeline['span'])}): " + ", ".join(parts)
+        f"{timeline['phase']} steps {first}-{first + timeline['steps'] - 1}"
+        + (f" of model {model}" if model else "")
+        + f" ({seconds(timeline['span'])}): "
+        + ", ".join(parts)
     )
     unsteady = timeline.get("unsteady")
     if unsteady:  # reports written before the key have none: their windows were called steady

@@ -53,3 +53,22 @@ def pick(x):
 for step in range(2):
     pick(tf.range(3))
 """
+
+
+# The deepest recursion Python allows from where the code runs, found by halving: a tool's
+# frames under the code would make it shallower (tests/test_faithful_cli.py, _cells.py).
+DEEPEST_RECURSION = """\
+def go(n):
+    return 0 if n == 0 else 1 + go(n - 1)
+
+def deepest():
+    low, high = 0, 5000
+    while low < high:
+        middle = (low + high + 1) // 2
+        try:
+            go(middle)
+            low = middle
+        except RecursionError:
+            high = middle - 1
+    return low
+"""

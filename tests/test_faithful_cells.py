@@ -17,6 +17,7 @@ tool's own code are hidden by ``__tracebackhide__``.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import linecache
 import os
@@ -36,7 +37,7 @@ import tensorflow as tf
 
 import tfdiag_magic
 
-from .helpers import FAILING_OP_IN_A_FUNCTION
+from .helpers import DEEPEST_RECURSION, FAILING_OP_IN_A_FUNCTION
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 IPYTHON_DIR = str(Path(IPython.__file__).resolve().parent)
@@ -275,6 +276,24 @@ for i in range(2):
 history_names = re.compile(r"^(_+|_i+\\d*|_\\d+|_[oid]h|In|Out|get_ipython|exit|quit)$")
 names_seen = sorted(name for name in globals() if not history_names.match(name))
 """
+
+
+def test_a_recursion_goes_as_deep_as_in_a_plain_cell(ip, capsys):
+    """The tool's frames (the magic's, the session's) sit under the cell's code: Python's limit
+    is raised by as many while it runs, and put back after. (Without it the cell's recursion
+    ended 5 levels sooner; within one level, as the C calls of IPython's magic machinery count
+    towards the limit too and no frame shows them: measured 0 or 1.)"""
+    import sys
+
+    limit = sys.getrecursionlimit()
+    cell = DEEPEST_RECURSION + "depth = deepest()\ndepth"
+    plain, profiled = run_twice(ip, capsys, cell)
+    assert plain.value > 900 and abs(profiled.value - plain.value) <= 1, (plain, profiled)
+    # The rest of the run as in a plain cell, that depth aside.
+    names = {**profiled.names, "depth": plain.names["depth"]}
+    same = {"value": plain.value, "stdout": plain.stdout, "names": names}
+    assert_same(plain, dataclasses.replace(profiled, **same))
+    assert sys.getrecursionlimit() == limit
 
 
 def test_globals_seen_by_the_cell_while_it_runs_are_the_plain_ones(ip, capsys):

@@ -25,7 +25,7 @@ import pytest
 
 from tfdiag_magic import cli
 
-from .helpers import FAILING_OP_IN_A_FUNCTION
+from .helpers import DEEPEST_RECURSION, FAILING_OP_IN_A_FUNCTION
 
 REPO = Path(__file__).resolve().parents[1]
 # TensorFlow's native start-up log, printed by the tool's import of TensorFlow (a plain script
@@ -240,7 +240,13 @@ def in_process(script: Path, capsys, monkeypatch) -> tuple[Ended, Path]:
 # An op that fails when its graph runs: TensorFlow's message lists where the op was "defined
 # at", a stack from the interpreter's start. Run in a subprocess only: in this process that
 # stack holds pytest's frames, which a plain run has not.
-IN_ITS_OWN_INTERPRETER = {"tf-op-error": FAILING_OP_IN_A_FUNCTION}
+IN_ITS_OWN_INTERPRETER = {
+    "tf-op-error": FAILING_OP_IN_A_FUNCTION,
+    # The deepest recursion Python allows, then one that goes past the limit, uncaught: the
+    # tool's frames under the script must not end it sooner (TensorFlow's tf.function guide
+    # shows a RecursionError on purpose).
+    "deep-recursion": DEEPEST_RECURSION + "print(deepest())\ngo(5000)\n",
+}
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))
@@ -327,7 +333,7 @@ def test_script_globals_while_it_runs_are_the_plain_ones(tmp_path, capsys, monke
     assert profiled.stdout.splitlines()[0] == reference.stdout.splitlines()[0]
 
 
-@pytest.mark.parametrize("name", ["exit-message", "raise", "tf-op-error"])
+@pytest.mark.parametrize("name", ["exit-message", "raise", "tf-op-error", "deep-recursion"])
 def test_python_m_tfdiag_magic_profile_ends_as_python_script(name: str, tmp_path):
     """The whole command, in its own interpreter, as a user runs it. (TensorFlow's stack of
     where an op was defined named runpy's frames and the tool's.)"""

@@ -164,10 +164,11 @@ def test_no_private_name_is_imported_from_another_module():
     assert not private, "\n".join(private)
 
 
-# The one reading of the stack allowed: where the user's code is (the profiled file's innermost
-# frame) at a memory sample or a model build, the location findings give (issue 19). It reads
-# no module's state, only the line of the cell or script that is running.
-STACK_READERS = {"recorder": "Recorder.user_line"}
+# The readings of the stack allowed: where the user's code is (the profiled file's innermost
+# and outermost frames) at a memory sample, a long GC pause, a model build or a Keras call, the
+# location findings give (issue 19); and, once per run, how many frames the tool puts under the
+# code (to raise the recursion limit by as many). They read no module's state.
+STACK_READERS = {"recorder": "Recorder.user_lines", "code_runner": "_tool_frames"}
 
 
 def test_nothing_walks_the_stack():

@@ -10,6 +10,8 @@ the functions made during the run get back after it (`probes.loops.LoopHooks`).
 from __future__ import annotations
 
 import ast
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType
@@ -202,11 +204,53 @@ def _single_name(node: ast.stmt) -> str | None:
 def run(
     prepared: PreparedCode, globals_: dict[str, Any], locals_: dict[str, Any] | None = None
 ) -> Any:
-    """Execute the body, then evaluate the last expression (if any) and return its value."""
+    """Execute the body, then evaluate the last expression (if any) and return its value.
+
+    The code runs under the tool's frames (the magic's or the command line's, and these), which
+    a plain run does not have: while it runs, Python's recursion limit is raised by as many, so
+    that a recursion ends where it would plainly, with the same `RecursionError` (TensorFlow's
+    tf.function guide shows one). The limit is put back after, unless the code changed it.
+    A script's recursion then ends where it does plainly; a cell's within one level (the C
+    calls of IPython's magic machinery count towards the limit too, and no frame shows them).
+    """
     __tracebackhide__ = True
     if locals_ is None:
         locals_ = globals_
-    exec(prepared.body, globals_, locals_)
-    if prepared.last is not None:
-        return eval(prepared.last, globals_, locals_)
-    return None
+    limit = sys.getrecursionlimit()
+    raised = limit + _tool_frames()
+    sys.setrecursionlimit(raised)
+    try:
+        exec(prepared.body, globals_, locals_)
+        if prepared.last is not None:
+            return eval(prepared.last, globals_, locals_)
+        return None
+    finally:
+        if sys.getrecursionlimit() == raised:
+            sys.setrecursionlimit(limit)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _tool_frames() -> int:
+    """How many more frames the code runs under than it would plainly, read once per run (the
+    one other reading of the stack, tests/test_layers.py). A cell's code runs plainly where the
+    cell that called the magic runs: the frames from `run` up to that cell's top level
+    (``<module>``) are the tool's and IPython's magic machinery, and one more for the code's
+    own top level. A script's top level runs plainly at the bottom of the stack: under the
+    command line (whose ``__main__`` is this package's) every frame below it is the tool's."""
+    frame = sys._getframe(1)  # run's
+    count = 0
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "<module>" and not code.co_filename.startswith(_PACKAGE_DIR):
+            return count + 1
+        count += 1
+        frame = frame.f_back
+    return count + _EXEC_ENTRIES
+
+
+# `exec` enters the interpreter through C calls that count towards the limit as frames do:
+# 2 in Python 3.11, measured (a script's recursion under the command line ended 2 levels early
+# without them). IPython runs a plain cell through `exec` too; a plain script has none.
+_EXEC_ENTRIES = 2

@@ -518,6 +518,16 @@ def load_calls(argv: list[str]) -> dict | None:
 
 def main(argv: list[str]) -> int:
     started = perf_counter()
+    wanted = os.environ.get("WORKLOADS")
+    workloads = [w for w in CELLS if wanted is None or w in wanted.split(",")]
+    unknown = sorted(set(wanted.split(",")) - set(CELLS)) if wanted else []
+    if unknown or not workloads:
+        print(
+            f"WORKLOADS: no workload named {', '.join(map(repr, unknown))};"
+            f" the workloads are {', '.join(map(repr, CELLS))}",
+            file=sys.stderr,
+        )
+        return 2
     calls = load_calls(argv)
     pin_every_thread({max(os.sched_getaffinity(0))})  # as overhead.py; threads inherit it
     _count_thread_cpu()
@@ -532,8 +542,6 @@ def main(argv: list[str]) -> int:
         f"{RUN_SECONDS:g} s",
         flush=True,
     )
-    wanted = os.environ.get("WORKLOADS")
-    workloads = [w for w in CELLS if wanted is None or w in wanted.split(",")]
     order = random.Random(0)
     results = []
     for workload in workloads:

@@ -205,3 +205,26 @@ def test_each_tracing_is_marked_as_the_libraries_or_the_codes(fn_ip):
     assert all(t.library for t in iterators)
     assert [t.library for t in outer if t.function == "doubled"] == [False]
     assert [t for t in outer if t.function == "multi_step_on_iterator" and t.library]
+
+
+def test_a_dataset_maps_tracing_is_the_function_it_was_given(fn_ip):
+    """tf.data traces its own wrapper of a transformation's function: the tracing names and
+    marks the function the code gave (`ds.map(self.split_window)` in the time-series tutorial,
+    labelled the library's before), and a library utility's own map stays the library's."""
+    result, r = profiled(
+        fn_ip,
+        "import keras\n"
+        "class Windows:\n"
+        "    def split(self, batch):\n"
+        "        return batch[:, :-1], batch[:, -1:]\n"
+        "series = np.arange(200, dtype='float32')\n"
+        "made = keras.utils.timeseries_dataset_from_array(series, None, 5, batch_size=8)\n"
+        "for inputs, labels in made.map(Windows().split):\n"
+        "    pass\n",
+    )
+    assert result.success
+    maps = [t for t in r.record.traces if t.function.startswith("Dataset_map_")]
+    own = [t for t in maps if t.function.endswith("split")]
+    assert own and not any(t.library for t in own), maps
+    assert {t.defined_at[1] for t in own} == {4}, own  # `def split` is the cell's line 4
+    assert any(t.library for t in maps if t not in own), maps  # the utility's lambdas

@@ -488,6 +488,7 @@ class TFFunctionProbe:
                 return original(function_type, type_context, func_graph, tracing_options)
             finally:
                 end = perf_counter()
+                traced = dataset_function(getattr(tracing_options, "python_function", None))
                 rec.trace_count += 1
                 rec.traces.append(
                     TraceEvent(
@@ -496,10 +497,8 @@ class TFFunctionProbe:
                         function=str(getattr(tracing_options, "name", "?")),
                         signature=_signature(function_type),
                         nested=bool(nested),
-                        library=is_keras_internal(
-                            getattr(tracing_options, "python_function", None)
-                        ),
-                        defined_at=defined_at(getattr(tracing_options, "python_function", None)),
+                        library=is_keras_internal(traced),
+                        defined_at=defined_at(traced),
                     )
                 )
 
@@ -507,6 +506,31 @@ class TFFunctionProbe:
 
 
 _UNWRAP_LEVELS = 8  # decorators over decorators; a cycle of `__wrapped__` ends here
+_TF_DATA_WRAPPERS = "tensorflow.python.data.ops.structured_function"
+
+
+def dataset_function(python_function: Any) -> Any:
+    """The function a tf.data transformation was given (``ds.map(self.split_window)``), where
+    `python_function` is the wrapper tf.data traces in its place (`wrapped_fn`, which holds the
+    `StructuredFunctionWrapper` whose `_func` it is; under TensorFlow's own wrapper of a first
+    call, which names it in `__wrapped__`); `python_function` itself otherwise. The wrapper is
+    TensorFlow's code, the function the code's own or a library's."""
+    wrapper = python_function
+    for _ in range(_UNWRAP_LEVELS):  # TensorFlow's variable-capturing wrapper of a first call
+        inner = getattr(wrapper, "__wrapped__", None)
+        if inner is None or inner is wrapper:
+            break
+        wrapper = inner
+    if getattr(wrapper, "__module__", None) != _TF_DATA_WRAPPERS:
+        return python_function
+    for cell in getattr(wrapper, "__closure__", None) or ():
+        try:
+            given = getattr(cell.cell_contents, "_func", None)
+        except Exception:  # an empty cell; an object whose attributes raise: not tf.data's
+            continue
+        if given is not None:
+            return given
+    return python_function
 
 
 def defined_at(python_function: Any) -> tuple[str, int] | tuple[()]:

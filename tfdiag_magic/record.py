@@ -227,6 +227,14 @@ class LoopInfo:
     # waits for its autotune thread; a generator's pipeline finalises it). Not a wait of its
     # items, nor a body's work: shown on its own.
     release_seconds: float = 0.0
+    # Of those releases, where the loop ran steps and the kernel counts the thread's time: how
+    # many were measured, how many the thread slept through for `RELEASE_STALL_S` or more (a
+    # tf.data iterator's shut-down waiting for its autotune thread), and those ones' seconds
+    # asleep and on a CPU (`epoch-start-stall`).
+    releases_measured: int = 0
+    releases_stalled: int = 0
+    release_asleep: float = 0.0
+    release_cpu: float = 0.0
     # Where it drew from a tf.data iterator: that pipeline's stages, as the last iterator's
     # runtime model read them whole (`probes.loop_stage_work`; as `KerasCall.input_stages`).
     input_stages: tuple[InputStageWork, ...] = ()

@@ -95,6 +95,11 @@ KERAS_CALL_GROUPS = 1000
 # Python loop) is counted from then on, not recorded row by row: the totals stay exact and
 # the record stays small however many millions of iterations it makes.
 LOOP_ROW_LIMIT = 10_000
+# A loop's iterator release during which the run's thread slept this long is a stalled one (an
+# epoch's start in fit likewise: diagnose/epoch_start_stall.py's MIN_STALL_S).
+RELEASE_STALL_S = 0.05
+# A loop's totals where it never ran (see `OpenLoop.totals`).
+_NO_TOTALS = (0, 0.0, 0.0, 0, 0, 0.0, -1.0, 0.0, 0, 0, 0.0, 0.0)
 LINE_TEXT = 200  # characters of a line's text kept in `Record.lines`
 MAX_LINE_TEXTS = 1000  # lines whose text is kept (a cell or script has far fewer that run)
 LOSS_BATCH = 4096  # at most this many losses wait; all are read at every memory sample
@@ -128,6 +133,7 @@ class OpenLoop:
     """
 
     __slots__ = (
+        "clocks_ran_out",
         "cpu_start",
         "due",
         "end_wait",
@@ -147,7 +153,9 @@ class OpenLoop:
         self.loop_id = loop_id
         # the loop's [iterations, seconds, wait, dropped, model calls, their seconds, its
         # thread's CPU seconds over its runs that ended, the seconds from its items running out
-        # to its end (its iterator's release)]
+        # to its end (its iterator's release); of the releases of a loop that ran steps: those
+        # measured, those asleep `RELEASE_STALL_S` or more, those ones' seconds asleep and on a
+        # CPU]
         self.totals = totals
         # The input wait no step had taken when the loop began: the next step's again if the
         # loop ends without one (a helper's loop between a batch and its step).
@@ -162,6 +170,9 @@ class OpenLoop:
         self.fetching = False  # its iterator is being asked for the next item, timed as its wait
         self.end_wait = 0.0  # the wait of the `next()` that found no item (see `items_ran_out`)
         self.ran_out_at = NAN  # when that `next()` returned: its iterator is released after
+        # The thread's seconds on a CPU and in a run queue then, where the loop ran steps (an
+        # epoch's loop over its data, whose iterator's release can sleep): None otherwise.
+        self.clocks_ran_out: tuple[float, float] | None = None
         # the CPU time of the thread running the loop (the run's) as this run of it began
         self.cpu_start = thread_time()
         # What reads its tf.data iterator's runtime model as its rows are written (a
@@ -281,6 +292,10 @@ class Recorder:
         self.mem_cpus_busy = array("d")
         self.mem_threads_waited = array("d")  # seconds its threads waited in run queues
         self.load_reader: Callable[[], tuple[float, float, float] | None] | None = None
+        # The run's thread's seconds on a CPU and in a run queue (probes/cpu_wait.py's
+        # `this_thread_times`), read where a loop that ran steps runs out of items and where it
+        # ends: its iterator's release; None where the kernel keeps no counts.
+        self.thread_clocks: Callable[[], tuple[float, float] | None] | None = None
         self.code_file: str | None = None
         self.gpu_memory: dict[str, tuple[array, array]] = {}
         self.rss_reader: Callable[[], int] | None = None
@@ -731,7 +746,7 @@ class Recorder:
         innermost of the loops open now; `end_loop` closes it."""
         totals = self.loop_totals.get(loop_id)
         if totals is None:
-            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0]
+            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0.0]
         state = OpenLoop(loop_id, totals, self.pending_wait)
         self.open_loops.append(state)
         return state
@@ -877,6 +892,8 @@ class Recorder:
         state.totals[2] += wait
         state.end_wait += wait
         state.ran_out_at = perf_counter()
+        if state.has_steps and self.thread_clocks is not None:  # once an epoch, not per step
+            state.clocks_ran_out = self.thread_clocks()
         totals = self.ran_out_wait
         totals[0] += wait
         if self.open_loops and self.open_loops[0] is not state:
@@ -895,6 +912,8 @@ class Recorder:
                 state.totals[6] += thread_time() - state.cpu_start
                 if state.ran_out_at == state.ran_out_at:  # its items ran out: then released
                     state.totals[7] += now - state.ran_out_at
+                    if state.clocks_ran_out is not None:
+                        self._note_release(state, now - state.ran_out_at)
                 self.open_loops.remove(state)
                 if not state.has_steps:
                     wait = state.outer_wait
@@ -902,6 +921,22 @@ class Recorder:
                     wait = state.end_wait
                 break
         self.pending_wait = wait
+
+    def _note_release(self, state: OpenLoop, wall: float) -> None:
+        """A release of the iterator of a loop that ran steps, measured: where its thread slept
+        `RELEASE_STALL_S` or more (neither on a CPU nor waiting for one), a stalled one."""
+        before = state.clocks_ran_out
+        after = self.thread_clocks() if self.thread_clocks is not None else None
+        if before is None or after is None:
+            return
+        totals = state.totals
+        totals[8] += 1
+        on_cpu = after[0] - before[0]
+        asleep = wall - on_cpu - (after[1] - before[1])
+        if asleep >= RELEASE_STALL_S:
+            totals[9] += 1
+            totals[10] += asleep
+            totals[11] += on_cpu
 
     def close_all_loops(self) -> None:
         now = perf_counter()
@@ -1031,6 +1066,7 @@ class Recorder:
         self.settle_losses()
         self.sample_memory()  # the last sample, with every reader still set
         self.rss_reader = self.gpu_reader = self.tensor_reader = self.load_reader = None
+        self.thread_clocks = None
         left_out: DroppedSteps | None = None
         index: np.ndarray | None = None
         if self._stride > 1:  # thinned: the last rows are thinned like the others
@@ -1082,10 +1118,13 @@ class Recorder:
             started = np.searchsorted(starts, [warning.time], side="right")
             warning.step = int(self._rows_started(started, index)[0])
         for loop in self.loops:
-            totals = self.loop_totals.get(loop.id, (0, 0.0, 0.0, 0, 0, 0.0, -1.0, 0.0))
-            iterations, seconds, wait, dropped, model_calls, model_seconds, cpu, release = totals
+            totals = self.loop_totals.get(loop.id, _NO_TOTALS)
+            iterations, seconds, wait, dropped, model_calls, model_seconds = totals[:6]
+            cpu, release, measured, stalled, asleep, on_cpu = totals[6:12]
             loop.cpu_seconds = float(cpu) if cpu >= 0 else -1.0
             loop.release_seconds = float(release)
+            loop.releases_measured, loop.releases_stalled = int(measured), int(stalled)
+            loop.release_asleep, loop.release_cpu = float(asleep), float(on_cpu)
             loop.model_calls = int(model_calls)
             loop.model_seconds = float(model_seconds)
             loop.iterations = int(iterations)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..record import DatasetStage, DatasetStructure, KerasCall, Record
+import numpy as np
+
+from ..record import DatasetStage, DatasetStructure, KerasCall, Kind, Record
 from ..units import and_list
 
 # Stages with a function of the user's (or of a Keras utility) that they run per element.
@@ -33,6 +35,25 @@ def iterates_across_devices(record: Record, call: KerasCall) -> bool:
     end = call.start + call.duration
     return any(
         t.function in CROSS_DEVICE_ITERATOR_FUNCTIONS and call.start <= t.time <= end
+        for t in record.traces
+    )
+
+
+ITERATOR_START_S = 2.0  # creating a multi-device iterator (before the first wait) takes < 1 s
+
+
+def loop_iterates_across_devices(record: Record, loop_id: int) -> bool:
+    """Whether the loop iterates a distributed or copy-to-device dataset: such an iterator
+    traces its cross-device functions when the loop creates it (at each start of the loop)."""
+    steps = record.steps
+    rows = np.flatnonzero((steps["kind"] == Kind.LOOP) & (steps["loop"] == loop_id))
+    if rows.size == 0:
+        return False
+    first = rows[0]
+    begin = float(steps["start"][first]) - float(np.nan_to_num(steps["data_wait"][first]))
+    end = float(np.max(steps["start"][rows] + steps["duration"][rows]))
+    return any(
+        t.function in CROSS_DEVICE_ITERATOR_FUNCTIONS and begin - ITERATOR_START_S <= t.time <= end
         for t in record.traces
     )
 

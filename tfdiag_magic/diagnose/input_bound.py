@@ -7,14 +7,14 @@ import math
 import numpy as np
 
 from ..findings import Finding
-from ..record import DatasetStructure, InputStageWork, Kind, Phase, Record
+from ..record import DatasetStructure, InputStageWork, Phase, Record
 from ..rewrite import tune_input_pipeline
 from ..units import rate, seconds, share
 from .dataset_facts import (
-    CROSS_DEVICE_ITERATOR_FUNCTIONS,
     by_hand,
     cached,
     iterates_across_devices,
+    loop_iterates_across_devices,
     prefetched,
     rewrite_facts,
     runs_ahead,
@@ -155,7 +155,6 @@ MIN_WAIT = 0.2
 # its time, 35-38% beyond 1 ms, and 29-31% beyond 2 ms: a miss.
 READY_BATCH_S = 0.001
 READY_CROSS_DEVICE_BATCH_S = 0.02  # distributed / copy-to-device iterator: 1.5-7 ms measured
-ITERATOR_START_S = 2.0  # creating a multi-device iterator (before the first wait) takes < 1 s
 # In-graph GetNext on a ready (prefetched) element: 0.01-0.06 ms per batch measured on this
 # 2-CPU machine, with a tiny model, steps_per_execution=16 included.
 READY_ELEMENT_S = 0.0002
@@ -194,7 +193,7 @@ def _loop_waits(record: Record, source: str | None) -> Finding | None:
     loop_ids = steps["loop"][rows]
     ready = np.full(rows.size, READY_BATCH_S)
     for loop_id in np.unique(loop_ids[loop_ids >= 0]).tolist():
-        if _cross_device_loop(record, loop_id):
+        if loop_iterates_across_devices(record, loop_id):
             ready[loop_ids == loop_id] = READY_CROSS_DEVICE_BATCH_S
     waited = np.clip(waits - ready, 0.0, None)
     wait, busy, excess = float(waits.sum()), float(durations.sum()), float(waited.sum())
@@ -251,22 +250,6 @@ def _loop_waits(record: Record, source: str | None) -> Finding | None:
     finding = _with_pipeline(finding, source, structure)
     stages = next((each.input_stages for each in record.loops if each.id == loop), ())
     return _with_stage_work(finding, stages, structure)
-
-
-def _cross_device_loop(record: Record, loop_id: int) -> bool:
-    """Whether the loop iterates a distributed or copy-to-device dataset: such an iterator
-    traces its cross-device functions when the loop creates it (at each start of the loop)."""
-    steps = record.steps
-    rows = np.flatnonzero((steps["kind"] == Kind.LOOP) & (steps["loop"] == loop_id))
-    if rows.size == 0:
-        return False
-    first = rows[0]
-    begin = float(steps["start"][first]) - float(np.nan_to_num(steps["data_wait"][first]))
-    end = float(np.max(steps["start"][rows] + steps["duration"][rows]))
-    return any(
-        t.function in CROSS_DEVICE_ITERATOR_FUNCTIONS and begin - ITERATOR_START_S <= t.time <= end
-        for t in record.traces
-    )
 
 
 def _call_step_median(record: Record, call) -> float | None:

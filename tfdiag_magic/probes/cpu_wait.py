@@ -91,6 +91,8 @@ class CpuWaitProbe:
         if recorder is not None and cpus_busy() is not None:
             self._load = PacedReader(LoadReader(), None)
             recorder.load_reader = self._load
+        if recorder is not None and this_thread_times() is not None:
+            recorder.thread_clocks = this_thread_times
         self._thread = threading.get_native_id()
         self._start = thread_times(self._thread)
         self._busy_start = cpus_busy()

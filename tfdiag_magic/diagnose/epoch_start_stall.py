@@ -193,7 +193,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         )
     for loop in loops:
         detail += (" " if detail else "") + (
-            f"The loop at {loop_label(record, loop.id)} ran out of items"
+            f"The loop at line {loop.lineno} (`{_first_line(loop)}`) ran out of items"
             f" {loop.releases_measured} times, and in {loop.releases_stalled} of them the"
             f" `for` statement's letting its iterator go kept the thread asleep"
             f" {seconds(loop.release_asleep)} in all ({seconds(loop.release_cpu)} on a CPU):"
@@ -208,6 +208,11 @@ def check(record: Record, source: str | None) -> Finding | None:
         evidence=evidence,
         impact=asleep,
     )
+
+
+def _first_line(loop: LoopInfo) -> str:
+    lines = loop.source.strip().splitlines()
+    return lines[0][:80] if lines else ""
 
 
 def _over_a_dataset(record: Record, loop: LoopInfo) -> bool:

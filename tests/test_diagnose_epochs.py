@@ -132,15 +132,24 @@ def _fit_record(epochs: int, steps: int, step_s: float, gap_s: float) -> Record:
     ("step_s", "gap_s", "found"),
     [
         (0.05, 0.6, True),  # 0.6 s of set-up an epoch against 0.5 s of training: 1.2x
+        (0.3, 1.5, True),  # 1.5 s against 3 s of training: 0.5x, 33% of the run
+        (0.3, 0.9, False),  # 0.9 s against 3 s: 23% of the run
         (0.02, 0.25, False),  # 1.25x, at 0.25 s an epoch: the size of Keras' own set-up
         (0.02, 0.45, True),  # 2.25x: short epochs, as before
     ],
-    ids=["long-set-up-1.2x", "short-set-up-1.25x", "short-set-up-2.25x"],
+    ids=[
+        "long-set-up-1.2x",
+        "long-set-up-0.5x",
+        "long-set-up-under-a-quarter",
+        "short-set-up-1.25x",
+        "short-set-up-2.25x",
+    ],
 )
-def test_a_long_set_up_between_epochs_needs_only_to_match_the_epochs_training(step_s, gap_s, found):
+def test_a_long_set_up_between_epochs_is_judged_by_its_share_of_the_run(step_s, gap_s, found):
     # The distributed-training tutorial's MirroredStrategy fit: 3.6 s an epoch between epochs
     # against 2.3 s of training, 57% of the run (restarting each epoch's distributed iterator),
-    # was silent where twice the training was asked of every set-up.
+    # was silent where twice the training was asked of every set-up; a review's runs of it read
+    # 1.5-2.2 s against 3.0 s, 29-39% of the run, silent where it had to match the training.
     record = _fit_record(12, 10, step_s, gap_s)
     finding = keras_epoch_setup.check(record, None)
     assert (finding is not None) == found, finding

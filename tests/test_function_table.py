@@ -228,3 +228,12 @@ def test_a_dataset_maps_tracing_is_the_function_it_was_given(fn_ip):
     assert own and not any(t.library for t in own), maps
     assert {t.defined_at[1] for t in own} == {4}, own  # `def split` is the cell's line 4
     assert any(t.library for t in maps if t not in own), maps  # the utility's lambdas
+    # The report says whose the tracings were: the utility's maps are the library's.
+    from tfdiag_magic.views.text import render_text
+
+    tracing = r.report()["tracing"]
+    assert tracing["dataset_count"] == len(own) and tracing["library_count"] >= 1, tracing
+    assert tracing["library_count"] + tracing["dataset_count"] <= tracing["count"], tracing
+    line = next(x for x in render_text(r.report()).splitlines() if x.startswith("Tracing: "))
+    assert f"{len(own)} of functions given to tf.data transformations" in line, line
+    assert "of functions TensorFlow or Keras defines" in line, line

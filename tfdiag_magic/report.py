@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from .diagnose.machine_load import machine_during_run
+from .diagnose.progressive_slowdown import DATASET_FUNCTION
 from .diagnose.retracing import traced_from
 from .findings import Finding
 from .phase_split import loop_split, phase_models
@@ -141,6 +142,7 @@ def build_report(
             "count": sum(1 for t in traces if not t.nested),
             "nested": sum(1 for t in traces if t.nested),
             "time": sum(t.duration for t in traces if not t.nested),
+            **_tracing_by_whose(traces),
             "events": [vars(t).copy() for t in traces[:200]],
         },
         "gc": gc_stats(record),
@@ -184,3 +186,19 @@ def _ops(record: Record) -> dict[str, Any] | None:
     if capture.status == "captured":  # reading the trace failed: the problems say how
         return {"status": "unread", "note": "the trace could not be read (see problems)"}
     return {"status": capture.status, "note": capture.note}
+
+
+def _tracing_by_whose(traces: list) -> dict[str, float | int]:
+    """How many of the top-level tracings, and their seconds, were of functions TensorFlow or
+    Keras defines (Keras' train functions, a distributed dataset's iterator functions, traced at
+    each epoch) and of the functions the code gave tf.data transformations (traced once per
+    pipeline built): the rest are the code's own tf.functions."""
+    top = [t for t in traces if not t.nested]
+    library = [t for t in top if t.library]
+    datasets = [t for t in top if not t.library and t.function.startswith(DATASET_FUNCTION)]
+    return {
+        "library_count": len(library),
+        "library_time": sum(t.duration for t in library),
+        "dataset_count": len(datasets),
+        "dataset_time": sum(t.duration for t in datasets),
+    }

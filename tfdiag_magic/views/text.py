@@ -105,6 +105,24 @@ def _split_rows(
     return lines
 
 
+def whose_traces(tracing: dict[str, Any]) -> str:
+    """`` (12 of functions TensorFlow or Keras defines, 1.20 s; 3 of tf.data maps' ...)``:
+    whose functions the traces were, where some were not the code's own tf.functions (reports
+    written before the counts have none)."""
+    parts = []
+    if tracing.get("library_count"):
+        parts.append(
+            f"{tracing['library_count']} of functions TensorFlow or Keras defines,"
+            f" {seconds(tracing['library_time'])}"
+        )
+    if tracing.get("dataset_count"):
+        parts.append(
+            f"{tracing['dataset_count']} of functions given to tf.data transformations,"
+            f" {seconds(tracing['dataset_time'])}"
+        )
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def render_text(report: dict[str, Any]) -> str:
     out: list[str] = [f"tfdiag_magic: {headline(report)}", ""]
     if report.get("comparison"):
@@ -188,7 +206,10 @@ def render_text(report: dict[str, Any]) -> str:
         out[-1] += ")"
     tracing = report["tracing"]
     if tracing["count"]:
-        out.append(f"Tracing: {tracing['count']} traces took {seconds(tracing['time'])}")
+        out.append(
+            f"Tracing: {tracing['count']} traces took {seconds(tracing['time'])}"
+            + whose_traces(tracing)
+        )
     gc = report["gc"]
     if gc["collections"]:
         out.append(

@@ -264,7 +264,8 @@ def _fit_fix(calls: list[KerasCall], kinds: list[str], in_training: int, in_vali
                 else ""
             )
             + " (with `validation_split`, split the arrays first and pass `validation_data`:"
-            " Keras splits only arrays), or turn autotuning off on the datasets you build: "
+            " Keras splits only arrays). Keras' own pipeline takes no options from the code;"
+            " on a dataset built as above, turning its autotuning off also stops the sleep: "
             + AUTOTUNE_OFF
         )
     if in_validation:

@@ -257,6 +257,38 @@ def test_a_fault_at_each_stage_leaves_nothing_behind_and_the_next_run_works(
     clean_check()
 
 
+def test_an_error_raised_in_the_tools_own_code_is_named_the_tools(
+    fit_ip, clean_check, monkeypatch, capsys
+):
+    """A defect of the tool inside a step (a review's run once met a NameError from a probe)
+    reaches the code as any error inside its call does, but the report must not take it for
+    the code's: a line of the problems says where in the tool it was raised. The code's own
+    error, raised through the same wrapper, is not named so."""
+    defect = compile(
+        "def add_step(*args, **kwargs):\n    raise NameError(\"name 'weakref' is not defined\")\n",
+        tfdiag_magic.recorder.__file__,  # as if the tool's own module raised it
+        "exec",
+    )
+    space: dict[str, Any] = {}
+    exec(defect, space)
+    monkeypatch.setattr(Recorder, "add_step", space["add_step"])
+    result = run_cell(fit_ip, f"%%tfprofile -q -o r\n{BODY}")
+    capsys.readouterr()
+    clean_check()
+    assert isinstance(result.error_in_exec, NameError)
+    r = fit_ip.user_ns["r"]
+    assert r.record.error.type == "NameError"
+    (line,) = [p for p in r.problems if "raised inside the profiler" in p]
+    assert line.startswith("the run failed: NameError: name 'weakref' is not defined"), line
+    assert "recorder.py line 2" in line and "a defect of tfdiag_magic" in line, line
+    next_run_works(fit_ip, monkeypatch)  # the code's own ValueError: no such line
+    result = run_cell(fit_ip, f"%%tfprofile -q -o r\n{FAILING_BODY}")
+    capsys.readouterr()
+    assert isinstance(result.error_in_exec, ValueError)
+    assert fit_ip.user_ns["r"].problems == []
+    clean_check()
+
+
 @pytest.mark.parametrize("fault_name", list(FAULTS))
 @pytest.mark.parametrize("stage_name", ["record", "diagnosis", "report-view", "json-file"])
 def test_a_post_run_fault_keeps_the_users_own_exception_and_traceback(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import os
 import platform
 import signal
 import sys
@@ -46,7 +47,7 @@ from .probes.traceback_frames import TracebackFramesProbe
 from .probes.worker import WorkerProbe
 from .record import KINDS, TOOL_VERSION, Kind, LoopInfo, Record
 from .recorder import Recorder
-from .result import ProfileResult
+from .result import ProfileResult, failure_line
 from .tf_runtime import device_settings, global_seed, import_tensorflow, read_losses
 
 
@@ -196,6 +197,7 @@ class Session:
                 try:
                     if exc is not None:
                         self._stage("error details", rec.set_error, exc)
+                        self._stage("error details", self._note_a_tool_error, exc)
                 finally:
                     try:
                         self._stage("probe removal", self._remove_probes)
@@ -218,6 +220,17 @@ class Session:
             "the combined rewrite", combined_rewrite, result.findings, record.source
         )
         return result
+
+    def _note_a_tool_error(self, exc: BaseException) -> None:
+        """Where the exception that ended the run was raised inside the tool's own code (not
+        its public `step` API, nor an attribute lookup its proxies answer), a line of the
+        result's problems says so: the code did not raise it."""
+        place = raised_in_the_tool(exc)
+        if place:
+            self.result.problems.append(
+                failure_line("the run", exc) + f" (raised inside the profiler, {place}: a defect"
+                " of tfdiag_magic, not of the code; the rest of the report holds up to there)"
+            )
 
     def _stage(self, name: str, function: Callable[..., Any], *args: Any) -> Any:
         """`function(*args)`, or None with a line in the result's problems when it fails."""
@@ -432,3 +445,27 @@ def _spread_over_fused_groups(record: Record, groups: list[tuple[float, int]]) -
         rows = slice(first, first + size)
         if traced[rows].any():
             traced[rows] = True
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Raised inside the package on purpose, for the code's own mistakes: the `step` API's bad
+# arguments (markers.py), and a missing attribute asked of a proxy (`__getattr__`).
+_THE_CODES_TO_RAISE = ("markers.py",)
+
+
+def raised_in_the_tool(exc: BaseException) -> str:
+    """``probes/tf_functions.py line 503``: where `exc` was raised, where that is the tool's own
+    code; "" otherwise (the code's, a library's, or the tool's on purpose)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    path = os.path.abspath(code.co_filename)
+    if not path.startswith(_PACKAGE_DIR + os.sep) or code.co_name == "__getattr__":
+        return ""
+    relative = os.path.relpath(path, _PACKAGE_DIR)
+    if relative in _THE_CODES_TO_RAISE:
+        return ""
+    return f"{relative} line {tb.tb_lineno}"

@@ -41,7 +41,7 @@ def test_epochs_that_start_asleep_while_the_last_iterator_shuts_down_are_found(i
     assert result.success
     f = the(r, "epoch-start-stall")
     ev = f.evidence
-    assert ev["starts_measured"] == 59 and ev["data"] == ["dataset"], ev
+    assert ev["starts_measured"] == 59 + 1 and ev["data"] == ["dataset"], ev  # and its end
     assert ev["stalled_epoch_starts"] >= 10 and ev["stalled_validation_starts"] == 0, ev
     assert ev["asleep_s"] >= 1.0, ev
     # Asleep: the thread used little CPU in those starts.
@@ -81,10 +81,14 @@ def test_each_epochs_validation_start_is_read_with_the_threads_times(ip):
     ip.run_cell(PIPELINE + VALIDATION)
     result, r = profiled(ip, "model.fit(train, validation_data=val, epochs=5, verbose=0)\n")
     assert result.success
-    starts = r.record.epoch_starts
+    *starts, end = r.record.epoch_starts
     assert [s.validation for s in starts] == [False, True] * 5
     assert [s.epoch for s in starts] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
-    for start in starts:
+    assert not any(s.fit_end for s in starts)
+    # And the fit's end, from its last epoch's callbacks to its return: its iterators go.
+    assert end.fit_end and not end.validation and end.epoch == 4, end
+    assert end.time >= starts[-1].time, end
+    for start in [*starts, end]:
         assert start.wall > 0 and 0 <= start.on_cpu <= start.wall + 0.01, start
         assert start.cpu_wait >= 0 and start.asleep >= 0, start
 
@@ -202,6 +206,25 @@ def test_a_loop_over_no_dataset_is_not_judged():
     record = _loop_releases(40, 19, 2.4)
     record.datasets = []
     assert epoch_start_stall.check(record, None) is None
+
+
+def test_the_ends_of_fits_count_as_their_starts_do():
+    """A program of many short fits (TensorFlow's time-series tutorial fits 13 models of up to
+    20 epochs) lets the last iterators go at every fit's end too: those sleeps count, each
+    fit's end measured, never left out as a first start is."""
+    record = _fit([(0.6, 0.0, 0.0)] + [(0.3, 0.005, 0.0)] * 6)
+    record.epoch_starts += [
+        EpochStart(20.0 + i * 0.01, 6, 0.4, 0.004, 0.0, fit_end=True) for i in range(4)
+    ]
+    f = epoch_start_stall.check(record, None)
+    assert f is not None, "6 starts and 4 ends asleep: ten"
+    ev = f.evidence
+    assert (ev["stalled_epoch_starts"], ev["stalled_fit_ends"]) == (6, 4), ev
+    assert ev["starts_measured"] == 6 + 4, ev
+    assert "6 epochs and 4 ends of fits" in f.title, f.title
+    assert "or the fit's return" in f.detail
+    # Six starts alone are too few.
+    assert epoch_start_stall.check(_fit([(0.6, 0.0, 0.0)] + [(0.3, 0.005, 0.0)] * 6), None) is None
 
 
 def test_validations_that_start_asleep_get_the_fix_that_reaches_them():

@@ -376,6 +376,9 @@ class EpochStart:
     # The epoch's validation (fit's `evaluate`, from its call to its first batch), not the
     # epoch's own start: Keras lets the last validation's iterator go and makes a new one
     validation: bool = False
+    # The fit's end: from its last epoch's callbacks to its return (its `on_train_end`
+    # callbacks left out), where Keras lets the validation's and the training's iterators go.
+    fit_end: bool = False
 
     @property
     def asleep(self) -> float:

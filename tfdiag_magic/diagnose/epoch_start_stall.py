@@ -18,8 +18,10 @@ DOC = """\
 ## What it detects
 A `model.fit` whose epochs, or their validations, start late: between an epoch's start (its
 callbacks' `on_epoch_begin` done) and its first training batch, or between the epoch's call of
-`evaluate` on the validation data and its first batch, the run's thread slept, neither running
-on a CPU nor waiting for one, for tenths of a second or seconds, epoch after epoch. Likewise
+`evaluate` on the validation data and its first batch, or at the fit's end between its last
+epoch's callbacks and its return (its `on_train_end` callbacks left out), the run's thread
+slept, neither running on a CPU nor waiting for one, for tenths of a second or seconds, epoch
+after epoch. Likewise
 a loop of the code's own over a dataset that ran steps (`for batch in dataset:` inside an
 epoch loop): after its last item, the `for` statement lets the iterator go, and the thread
 sleeps there, epoch after epoch.
@@ -35,8 +37,8 @@ used, 20-30% of the programs' time; with autotuning off the same programs ran in
 instead of 101-137 s, and in 51-65 s instead of 79-102 s. Nothing runs meanwhile.
 
 ## Evidence we show
-The fit calls, the epoch and validation starts measured (the first of each in a fit is left
-out: it also starts everything once), how many of each stalled, the time asleep in all and in
+The fit calls, the epoch and validation starts and the fits' ends measured (the first start
+of each kind in a fit is left out: it also starts everything once), how many of each stalled, the time asleep in all and in
 the median stalled start, its share of the run, and the CPU the thread used in those starts;
 the data kind. For the code's loops: the loops, their releases measured and stalled (a loop
 keeps its stalled releases' sum: each counts at their mean in the median).
@@ -89,8 +91,8 @@ TF_DATA_KINDS = frozenset({"dataset", "numpy", "tensor", "pandas", "structure"})
 
 def measured_starts(record: Record) -> list[tuple[KerasCall, EpochStart]]:
     """The epoch starts of each fit on data Keras makes a tf.data iterator for, with their
-    fit, but for each fit's first (it also starts everything once), where the kernel counted
-    the thread's time."""
+    fit, but for each fit's first (it also starts everything once), and each fit's end, where
+    the kernel counted the thread's time."""
     found = []
     for call in record.keras_calls:
         if call.api != "fit" or call.data not in TF_DATA_KINDS:
@@ -100,13 +102,11 @@ def measured_starts(record: Record) -> list[tuple[KerasCall, EpochStart]]:
             # a wait of its own, with a fix of its own (keras-epoch-setup's).
             continue
         end = call.start + call.duration
+        inside = [s for s in record.epoch_starts if call.start <= s.time <= end]
         for validation in (False, True):
-            mine = [
-                s
-                for s in record.epoch_starts
-                if call.start <= s.time <= end and s.validation == validation
-            ]
+            mine = [s for s in inside if s.validation == validation and not s.fit_end]
             found.extend((call, s) for s in mine[1:] if s.asleep == s.asleep)  # not NaN
+        found.extend((call, s) for s in inside if s.fit_end and s.asleep == s.asleep)
     return found
 
 
@@ -139,14 +139,16 @@ def check(record: Record, source: str | None) -> Finding | None:
             calls.append(call)
     on_cpu = sum(start.on_cpu for _, start in stalled) + sum(each.release_cpu for each in loops)
     kinds = sorted({call.data for call in calls})
-    in_training = sum(1 for _, start in stalled if not start.validation)
-    in_validation = len(stalled) - in_training
+    in_validation = sum(1 for _, start in stalled if start.validation)
+    at_fit_ends = sum(1 for _, start in stalled if start.fit_end)
+    in_training = len(stalled) - in_validation - at_fit_ends
     evidence = {
         "calls": list(dict.fromkeys(call_label(record, call) for call in calls)),
         "data": kinds,
         "starts_measured": len(measured),
         "stalled_epoch_starts": in_training,
         "stalled_validation_starts": in_validation,
+        "stalled_fit_ends": at_fit_ends,
         "asleep_s": rounded(asleep),
         "median_stalled_asleep_s": rounded(median),
         "cpu_in_stalled_starts_s": rounded(on_cpu),
@@ -162,6 +164,7 @@ def check(record: Record, source: str | None) -> Finding | None:
             for n, what in (
                 (in_training, "epochs"),
                 (in_validation, "validations"),
+                (at_fit_ends, "ends of fits"),
                 (loop_stalls, "ends of the code's loops over a dataset"),
             )
             if n
@@ -183,13 +186,17 @@ def check(record: Record, source: str | None) -> Finding | None:
     detail = ""
     if stalled:
         detail = (
-            f"In {len(stalled)} of {len(measured)} starts of epochs and validations the first"
-            f" batch came {seconds(statistics.median(s.asleep for _, s in stalled))} (median)"
-            f" after the start, {seconds(sum(s.asleep for _, s in stalled))} in all, while the"
-            f" run's thread used {seconds(sum(s.on_cpu for _, s in stalled))} of CPU: it slept,"
-            " waiting. Keras makes a new iterator over the data at each epoch's start and each"
-            " validation and lets the last one go; a tf.data iterator's shut-down waits for its"
-            " threads (the autotuner's pause, an element still being made)."
+            f"In {len(stalled)} of {len(measured)} starts of epochs and validations"
+            + (" and ends of fits" if at_fit_ends else "")
+            + f" the thread waited {seconds(statistics.median(s.asleep for _, s in stalled))}"
+            f" (median) before the first batch"
+            + (" or the fit's return" if at_fit_ends else "")
+            + f", {seconds(sum(s.asleep for _, s in stalled))} in all, while it used"
+            f" {seconds(sum(s.on_cpu for _, s in stalled))} of CPU: it slept, waiting. Keras"
+            " makes a new iterator over the data at each epoch's start and each validation and"
+            " lets the last one go (at the fit's end, the validation's and the training's); a"
+            " tf.data iterator's shut-down waits for its threads (the autotuner's pause, an"
+            " element still being made)."
         )
     for loop in loops:
         detail += (" " if detail else "") + (

@@ -87,7 +87,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     # The callbacks' epoch hooks are measured over the whole run: all of it is left out.
     # So is the time the epochs' starts slept, waiting for an iterator to shut down: not
     # Keras' work, and `epoch-start-stall`'s finding.
-    asleep = sum(start.asleep for _, start in measured_starts(record))
+    asleep = sum(start.asleep for _, start in measured_starts(record) if not start.fit_end)
     setup = max(sum(fit.setup for fit in fits) - record.epoch_hook_seconds - asleep, 0.0)
     train_time = sum(fit.train_time for fit in fits)
     if epochs < MIN_EPOCHS or boundaries == 0:

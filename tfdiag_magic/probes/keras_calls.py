@@ -246,6 +246,12 @@ class KerasProbe:
         # its validation likewise: (epoch, wall clock, this thread's CPU and run-queue seconds)
         self._epoch_began: Began | None = None
         self._validation_began: Began | None = None
+        # The top-level fit's end after its last epoch, where Keras lets the validation's and
+        # then the training's iterators go: where the part being measured began, and
+        # [wall, on a CPU, waiting for one, when it began] of the parts so far (the callbacks'
+        # `on_train_end` left out).
+        self._fit_tail: Began | None = None
+        self._fit_end: list[float] | None = None
         owner = defining_class(keras.Model, "compile")
         self._patcher.replace(owner, "compile", self._compile(rec, vars(owner)["compile"]))
         for name in _DRIVERS:
@@ -271,6 +277,10 @@ class KerasProbe:
         self._patcher.replace(
             owner, "on_epoch_end", self._epoch_end(rec, vars(owner)["on_epoch_end"])
         )
+        owner = defining_class(CallbackList, "on_train_end")
+        self._patcher.replace(
+            owner, "on_train_end", self._train_end(rec, vars(owner)["on_train_end"])
+        )
         _hide_tool_frames_from_keras(self._patcher)
         epoch_iterator = _tf_epoch_iterator()
         if epoch_iterator is not None:
@@ -286,6 +296,7 @@ class KerasProbe:
             finally:
                 self._meter = self._epoch_iterator = self._last_list = None
                 self._epoch_began = self._validation_began = None
+                self._fit_tail = self._fit_end = None
                 self._patcher.restore()
 
     def finish(self, record: Record) -> None:
@@ -471,6 +482,9 @@ class KerasProbe:
                         probe._meter = probe._epoch_iterator = None
                         probe._steps = None
                         if name == "fit":
+                            if returned:
+                                probe._note_fit_end(rec)
+                            probe._fit_tail = probe._fit_end = None
                             _count_training(rec, self, mark)
                             rec.fit_done(self)
                         probe.add_call(rec, name, self, start, mark, data, timer, meter)
@@ -673,6 +687,7 @@ class KerasProbe:
                 rec.epoch_hook_seconds += after - before
                 if own and rec.driver_depth == 1:  # the top-level fit's epoch: until its batch
                     probe._epoch_began = (int(epoch), after, this_thread_times())
+                    probe._fit_tail = probe._fit_end = None  # not the fit's end
 
         return wraps_exactly(epoch_begin, original)
 
@@ -692,9 +707,60 @@ class KerasProbe:
             try:
                 return original(self, epoch, logs)
             finally:
-                rec.epoch_hook_seconds += perf_counter() - before
+                after = perf_counter()
+                rec.epoch_hook_seconds += after - before
+                if rec.driver_depth == 1 and rec.here.main:  # the fit may end here
+                    probe._fit_tail = (int(epoch), after, this_thread_times())
+                    probe._fit_end = None
 
         return wraps_exactly(epoch_end, original)
+
+    def _train_end(self, rec: Recorder, original: Any) -> Any:
+        """The top-level fit's callbacks' `on_train_end`, between the release of the
+        validation's iterator and of the training's: left out of the fit's end."""
+        probe = self
+
+        def train_end(self: Any, logs: Any = None) -> Any:
+            __tracebackhide__ = True
+            top = rec.driver_depth == 1 and rec.here.main and probe._fit_tail is not None
+            if top:
+                probe._end_part()
+            try:
+                return original(self, logs)
+            finally:
+                if top:
+                    epoch = rec.keras_epoch
+                    probe._fit_tail = (epoch, perf_counter(), this_thread_times())
+
+        return wraps_exactly(train_end, original)
+
+    def _end_part(self) -> None:
+        """Add the part of the fit's end measured since `_fit_tail` to `_fit_end`."""
+        tail, self._fit_tail = self._fit_tail, None
+        if tail is None:
+            return
+        _, start, clocks = tail
+        now, after = perf_counter(), this_thread_times()
+        parts = self._fit_end if self._fit_end is not None else [0.0, 0.0, 0.0, start]
+        parts[0] += now - start
+        if clocks is None or after is None:
+            parts[1] = parts[2] = NAN
+        else:
+            parts[1] += after[0] - clocks[0]
+            parts[2] += after[1] - clocks[1]
+        self._fit_end = parts
+
+    def _note_fit_end(self, rec: Recorder) -> None:
+        """The top-level fit returned: its end, from its last epoch's callbacks to its return
+        (where Keras let its iterators go), as an `EpochStart` marked `fit_end`."""
+        self._end_part()
+        parts, self._fit_end = self._fit_end, None
+        if parts is not None:
+            wall, on_cpu, wait, start = parts
+            epoch = rec.keras_epoch
+            rec.epoch_starts.append(
+                EpochStart(start - rec.t0, epoch, wall, on_cpu, wait, False, fit_end=True)
+            )
 
     def _epoch_iter(self, rec: Recorder, original: Any) -> Any:
         """Keras' TF epoch iterator starts each epoch with ``iter()``: keep the epoch iterator of

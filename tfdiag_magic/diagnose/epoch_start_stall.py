@@ -38,9 +38,9 @@ instead of 101-137 s, and in 51-65 s instead of 79-102 s. Nothing runs meanwhile
 
 ## Evidence we show
 The fit calls, the epoch and validation starts and the fits' ends measured (the first start
-of each kind in a fit is left out: it also starts everything once), how many of each stalled, the time asleep in all and in
-the median stalled start, its share of the run, and the CPU the thread used in those starts;
-the data kind. For the code's loops: the loops, their releases measured and stalled (a loop
+of each kind in a fit is left out: it also starts everything once), how many of each stalled,
+the time asleep in all and in the median stalled start, its share of the run, and the CPU the
+thread used in those starts; the data kind. For the code's loops: the loops, their releases measured and stalled (a loop
 keeps its stalled releases' sum: each counts at their mean in the median).
 
 ## Fix

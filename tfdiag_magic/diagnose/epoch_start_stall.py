@@ -40,8 +40,9 @@ instead of 101-137 s, and in 51-65 s instead of 79-102 s. Nothing runs meanwhile
 The fit calls, the epoch and validation starts and the fits' ends measured (the first start
 of each kind in a fit is left out: it also starts everything once), how many of each stalled,
 the time asleep in all and in the median stalled start, its share of the run, and the CPU the
-thread used in those starts; the data kind. For the code's loops: the loops, their releases measured and stalled (a loop
-keeps its stalled releases' sum: each counts at their mean in the median).
+thread used in those starts; the data kind. For the code's loops: the loops, their releases
+measured and stalled (a loop keeps its stalled releases' sum: each counts at their mean in the
+median).
 
 ## Fix
 Turn tf.data's autotuning off for the datasets given to `fit`, validation data included:

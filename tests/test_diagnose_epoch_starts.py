@@ -58,7 +58,9 @@ def test_epochs_that_start_asleep_while_the_last_iterator_shuts_down_are_found(i
     assert result.success
     assert_silent(fixed, "epoch-start-stall")
     assert fixed.record.phase_counts() == r.record.phase_counts()
-    asleep = sum(start.asleep for start in fixed.record.epoch_starts[1:])
+    # (The fit's end still lets its one iterator go: it slept 1.8 s once in CI.)
+    starts = [start for start in fixed.record.epoch_starts[1:] if not start.fit_end]
+    asleep = sum(start.asleep for start in starts)
     assert asleep < 0.3, [round(start.asleep, 3) for start in fixed.record.epoch_starts]
 
 
@@ -125,11 +127,11 @@ def test_only_sleep_counts_and_only_enough_of_it(start, later, found):
     assert (epoch_start_stall.check(record, None) is not None) == found
 
 
-# A loop of the code's own over the pipeline, epochs of 128 steps (about 0.2 s each here):
-# measured in three runs of 40 epochs, 15-19 of the 40 ends of the inner loop slept while the
-# `for` statement let the iterator go, 0.12 s (median), 1.8-2.4 s in all, 18-22% of the run,
-# with 14-18 ms of CPU; with one iterator for every epoch none did. Beside two other programs'
-# training (load average 5.5), 6 of 40 once; of 60, 15 and 25. The test runs 60.
+# A loop of the code's own over the pipeline, epochs of 128 steps (about 0.2 s each here). How
+# often the release sleeps depends on the machine's load: of 60 ends, 3-4 slept on the quiet
+# 2-vCPU VM (0.2-0.3 s in all), 21-32 beside a CPU hog on one core (3.0-4.6 s, 23-31% of the
+# run, 0.14 s each), and 15 and 25 beside two programs' training; with one iterator for every
+# epoch none did. The test runs 60 beside a hog (CI's quiet run found 0-9 once).
 LOOP = """
 import numpy as np, tensorflow as tf
 x = np.random.default_rng(0).normal(size=(4096, 32)).astype("float32")
@@ -144,7 +146,7 @@ def step(b):
 
 
 @pytest.mark.alone
-def test_a_loop_of_the_codes_whose_iterator_shuts_down_asleep_is_found(ip):
+def test_a_loop_of_the_codes_whose_iterator_shuts_down_asleep_is_found(ip, cpu_hog):
     ip.run_cell(LOOP)
     result, r = profiled(ip, "for epoch in range(60):\n    for b in ds:\n        step(b)\n")
     assert result.success

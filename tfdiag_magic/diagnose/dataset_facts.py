@@ -125,8 +125,9 @@ def runs_ahead(structure: DatasetStructure) -> bool:
     overlaps the pipeline with the step as a prefetch would (tf.data adds no prefetch after
     such a stage either): the time-series tutorial's `split_window`, mapped after the batch of
     `timeseries_dataset_from_array`, waited on by fits on 2 CPUs, trained no faster with a
-    prefetch after it (6.8-9.2 s against 6.9-8.9 s for three epochs, quiet, rounds
-    alternating) and 16-22% slower beside other programs' training."""
+    prefetch after it (6.8-9.2 s against 6.9-8.9 s for fits of two epochs of a linear and a
+    dense model, three rounds alternating, quiet) and 16-22% slower beside other programs'
+    training."""
     for stage in output_path(structure):
         if stage.kind == "OptionsDataset":
             continue

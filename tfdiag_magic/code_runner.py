@@ -20,6 +20,7 @@ from typing import Any
 from .instrument import RUNTIME, has_function_loops, instrument_loops
 from .instrument_conversions import has_function_conversions, mark_conversions
 from .probes.loops import LoopHooks
+from .probes.traceback_frames import PACKAGE_DIR
 from .record import LoopInfo
 
 Compiler = Callable[[Any, str, str], CodeType]
@@ -229,9 +230,6 @@ def run(
             sys.setrecursionlimit(limit)
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
 def _tool_frames() -> int:
     """How many more frames the code runs under than it would plainly, read once per run (the
     one other reading of the stack, tests/test_layers.py). A cell's code runs plainly where the
@@ -243,7 +241,7 @@ def _tool_frames() -> int:
     count = 0
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "<module>" and not code.co_filename.startswith(_PACKAGE_DIR):
+        if code.co_name == "<module>" and not code.co_filename.startswith(PACKAGE_DIR + os.sep):
             return count + 1
         count += 1
         frame = frame.f_back

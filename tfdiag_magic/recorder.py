@@ -987,13 +987,14 @@ class Recorder:
         """The line of the profiled code running now on this thread: that of the innermost
         frame of `code_file` on the stack (a line of the cell or script, or of a function it
         defines); -1 when none is (or no `code_file` is set)."""
-        return self.user_lines()[0]
+        return self.user_lines(outermost_too=False)[0]
 
-    def user_lines(self) -> tuple[int, int]:
+    def user_lines(self, outermost_too: bool = True) -> tuple[int, int]:
         """The lines of the profiled code running now on this thread: that of the innermost
         frame of `code_file` on the stack, and that of its outermost (where the code called a
         function of its own that made the call: ``compile_and_fit(model, window)`` around a
-        ``model.fit``); (-1, -1) when none is (or no `code_file` is set).
+        ``model.fit``); (-1, -1) when none is (or no `code_file` is set). Without
+        `outermost_too`, the walk ends at the innermost (the second is then that line too).
 
         The one place the tool reads the stack: where the user's code is, at a memory sample
         (every `memory_interval` at most), a long GC pause, a model build or a Keras call,
@@ -1009,6 +1010,8 @@ class Recorder:
                 outermost = frame.f_lineno or -1
                 if innermost < 0:
                     innermost = outermost
+                    if not outermost_too:
+                        break
             frame = frame.f_back
         return innermost, outermost
 

@@ -43,7 +43,7 @@ from .probes.nvml_probe import NVMLProbe
 from .probes.ops_window import OpsWindowProbe
 from .probes.optimizer_updates import OptimizerProbe
 from .probes.tf_functions import TFFunctionProbe
-from .probes.traceback_frames import TracebackFramesProbe
+from .probes.traceback_frames import PACKAGE_DIR, TracebackFramesProbe, tool_files
 from .probes.worker import WorkerProbe
 from .record import KINDS, TOOL_VERSION, Kind, LoopInfo, Record
 from .recorder import Recorder
@@ -447,7 +447,6 @@ def _spread_over_fused_groups(record: Record, groups: list[tuple[float, int]]) -
             traced[rows] = True
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Raised inside the package on purpose, for the code's own mistakes: the `step` API's bad
 # arguments (markers.py), and a missing attribute asked of a proxy (`__getattr__`).
 _THE_CODES_TO_RAISE = ("markers.py",)
@@ -455,7 +454,8 @@ _THE_CODES_TO_RAISE = ("markers.py",)
 
 def raised_in_the_tool(exc: BaseException) -> str:
     """``probes/tf_functions.py line 503``: where `exc` was raised, where that is the tool's own
-    code; "" otherwise (the code's, a library's, or the tool's on purpose)."""
+    code (`tool_files`: its examples, which a user runs as their own, left out); "" otherwise
+    (the code's, a library's, or the tool's on purpose)."""
     tb = exc.__traceback__
     if tb is None:
         return ""
@@ -463,9 +463,9 @@ def raised_in_the_tool(exc: BaseException) -> str:
         tb = tb.tb_next
     code = tb.tb_frame.f_code
     path = os.path.abspath(code.co_filename)
-    if not path.startswith(_PACKAGE_DIR + os.sep) or code.co_name == "__getattr__":
+    if code.co_name == "__getattr__" or path not in tool_files():
         return ""
-    relative = os.path.relpath(path, _PACKAGE_DIR)
+    relative = os.path.relpath(path, PACKAGE_DIR)
     if relative in _THE_CODES_TO_RAISE:
         return ""
     return f"{relative} line {tb.tb_lineno}"

@@ -24,18 +24,18 @@ from ..record import Record
 from ..recorder import Recorder
 from .patching import Patcher
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tfdiag_magic/
 _USER_FACING = frozenset({"examples"})  # the package's code a user runs as their own
 
 
 def tool_files() -> tuple[str, ...]:
     """The tool's own source files, `examples` left out."""
     found = []
-    for folder, subfolders, names in os.walk(_PACKAGE):
+    for folder, subfolders, names in os.walk(PACKAGE_DIR):
         subfolders[:] = sorted(
             name
             for name in subfolders
-            if not name.startswith("__") and not (folder == _PACKAGE and name in _USER_FACING)
+            if not name.startswith("__") and not (folder == PACKAGE_DIR and name in _USER_FACING)
         )
         found.extend(os.path.join(folder, name) for name in sorted(names) if name.endswith(".py"))
     return tuple(found)

@@ -21,10 +21,9 @@ callbacks' `on_epoch_begin` done) and its first training batch, or between the e
 `evaluate` on the validation data and its first batch, or at the fit's end between its last
 epoch's callbacks and its return (its `on_train_end` callbacks left out), the run's thread
 slept, neither running on a CPU nor waiting for one, for tenths of a second or seconds, epoch
-after epoch. Likewise
-a loop of the code's own over a dataset that ran steps (`for batch in dataset:` inside an
-epoch loop): after its last item, the `for` statement lets the iterator go, and the thread
-sleeps there, epoch after epoch.
+after epoch. Likewise a loop of the code's own over a dataset that ran steps (`for batch in
+dataset:` inside an epoch loop): after its last item, the `for` statement lets the iterator
+go, and the thread sleeps there, epoch after epoch.
 
 ## Why it hurts
 Keras makes a new iterator over the data at each epoch's start and at each validation (a
@@ -235,7 +234,7 @@ def _over_a_dataset(record: Record, loop: LoopInfo) -> bool:
     return found and not loop_iterates_across_devices(record, loop.id)
 
 
-AUTOTUNE_OFF = (
+_AUTOTUNE_OFF = (
     "`options = tf.data.Options(); options.autotune.enabled = False;"
     " ds = ds.with_options(options)`; the pipeline then runs with the buffer sizes and"
     " parallelism it was given instead of tuned ones."
@@ -248,7 +247,7 @@ AUTOTUNE_OFF = (
 _LOOP_FIX = (
     "For a loop of the code's own over a dataset, keep one iterator for every epoch:"
     " `iterator = iter(dataset.repeat())` before the epochs, and `for _ in range(steps):"
-    " batch = next(iterator)` in each; or turn autotuning off on that dataset: " + AUTOTUNE_OFF
+    " batch = next(iterator)` in each; or turn autotuning off on that dataset: " + _AUTOTUNE_OFF
 )
 
 
@@ -257,7 +256,7 @@ def _fit_fix(calls: list[KerasCall], kinds: list[str], in_training: int, in_vali
     if kinds == ["dataset"]:
         fix = (
             "Turn tf.data's autotuning off for the datasets given to fit, validation data"
-            " included: " + AUTOTUNE_OFF
+            " included: " + _AUTOTUNE_OFF
         )
         if in_training:
             fix += (
@@ -280,7 +279,7 @@ def _fit_fix(calls: list[KerasCall], kinds: list[str], in_training: int, in_vali
             + " (with `validation_split`, split the arrays first and pass `validation_data`:"
             " Keras splits only arrays). Keras' own pipeline takes no options from the code;"
             " on a dataset built as above, turning its autotuning off also stops the sleep: "
-            + AUTOTUNE_OFF
+            + _AUTOTUNE_OFF
         )
     if in_validation:
         fix += (

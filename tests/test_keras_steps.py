@@ -263,3 +263,23 @@ def test_a_phase_of_one_model_is_not_split(keras_ip):
     )
     assert result.success
     assert r.report()["steps"]["phase_models"] == {}
+
+
+def test_models_rebuilt_under_one_name_and_compiled_at_one_line_read_apart():
+    # A loop over settings that clears the session rebuilds "sequential" and compiles it at one
+    # line each time: each row says which compile it follows, not three alike.
+    from tfdiag_magic.phase_split import rows_by_model
+    from tfdiag_magic.record import KerasCall, Record
+
+    record = Record()
+    for name, column in record.steps.items():
+        record.steps[name] = np.zeros(6, dtype=column.dtype)
+    record.steps["start"] = np.arange(6, dtype=float)
+    for i in range(3):
+        record.keras_calls += [
+            KerasCall("compile", 2.0 * i, 0.1, 0, 0.0, 0, "sequential", 32.0, "", line=5),
+            KerasCall("fit", 2.0 * i + 0.5, 1.0, 1, 0.5, 0, "sequential", 32.0, "numpy", line=6),
+        ]
+    owner, names = rows_by_model(record)
+    assert owner.tolist() == [-1, 0, -1, 1, -1, 2]
+    assert names == [f"sequential, compiled at line 5 (compile {n})" for n in (1, 2, 3)]

@@ -62,6 +62,13 @@ def rows_by_model(record: Record) -> tuple[np.ndarray, list[str]]:
         model if builds[model] == 1 else _compiled_name(model, n, compile_lines.get((model, n), -1))
         for model, n in keys
     ]
+    # Models rebuilt under one name and compiled at one line (a loop over settings that clears
+    # the session) would read alike: each such row says which compile it follows.
+    repeated = {name for name in names if names.count(name) > 1}
+    names = [
+        f"{name} (compile {n})" if name in repeated else name
+        for name, (_, n) in zip(names, keys, strict=True)
+    ]
     return owner, names
 
 

@@ -106,7 +106,8 @@ def _split_rows(
 
 
 def whose_traces(tracing: dict[str, Any]) -> str:
-    """`` (12 of functions TensorFlow or Keras defines, 1.20 s; 3 of tf.data maps' ...)``:
+    """`` (12 of functions TensorFlow or Keras defines, 1.20 s; 3 of functions given to tf.data
+    transformations, 40.00 ms)``:
     whose functions the traces were, where some were not the code's own tf.functions (reports
     written before the counts have none)."""
     parts = []

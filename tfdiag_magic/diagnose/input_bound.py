@@ -109,10 +109,10 @@ cell proposes only what the measured dataset lacks: no `prefetch` where one alre
 last stage that does work (Keras' `timeseries_dataset_from_array` and
 `image_dataset_from_directory` prefetch, then batch) or that stage runs in parallel,
 `num_parallel_calls` only on the maps that run one element at a time, `cache()` only after a
-deterministic map, before any shuffle or random function, where it is not cached already. With nothing to add there is no rewrite: the
-finding says where the input's time goes and what is left to do by hand (Python rewritten as
-TensorFlow ops or done once offline, fewer and larger files read in parallel, a cache, fewer
-and cheaper elements).
+deterministic map, before any shuffle or random function, where it is not cached already.
+With nothing to add there is no rewrite: the finding says where the input's time goes and what
+is left to do by hand (Python rewritten as TensorFlow ops or done once offline, fewer and
+larger files read in parallel, a cache, fewer and cheaper elements).
 
 ## Threshold
 Waiting for input is at least 30% of the measured training time (wait + steps), and at least

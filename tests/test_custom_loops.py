@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import profiled
+from tfdiag_magic.record import KINDS, PHASES
+from tfdiag_magic.stats import phase_stats
 
 SETUP = """
 import numpy as np, tensorflow as tf, keras
@@ -142,6 +144,42 @@ def test_predict_per_sample_shows_as_loop_iterations(loop_ip):
     assert counts["loop"] == 6
     assert counts["predict"] == 6  # one batch per predict call
     assert r.record.loops[0].source == "for i in range(6):"
+    # Each call builds Keras' pipeline over the array, tracing its tf.data functions: every
+    # iteration alike, so the steady state; only the first iteration is warm-up.
+    assert sum(t.of_a_pipeline for t in r.record.traces) >= 6
+    loop = phase_stats(r.record)["loop"]
+    assert loop.warmup_count == 1 and loop.steady_count == 5
+
+
+def test_a_pipeline_built_each_epoch_is_steady_but_a_step_that_retraces_is_warm_up(loop_ip):
+    """The code's own `ds.map(f)` built in each epoch traces `f` each epoch (the epoch's rows
+    are steady), while a step function that retraces (a new Python number each epoch) still
+    marks the rows it traced in."""
+    loop_ip.run_cell(
+        "@tf.function\n"
+        "def scaled_step(xb, yb, scale):\n"
+        "    grads, loss = grads_and_loss(xb * scale, yb)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+        "    return loss\n"
+    )
+    result, r = profiled(
+        loop_ip,
+        "for epoch in range(4):\n"
+        "    pipeline = tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a * 2, b))\n"
+        "    for xb, yb in pipeline.batch(16):\n"
+        "        scaled_step(xb, yb, 1.0 if epoch < 2 else float(epoch))\n",
+    )
+    assert result.success, result.error_in_exec
+    assert sum(t.of_a_pipeline for t in r.record.traces) == 4  # the map, once per epoch
+    steps = r.record.steps
+    train = np.flatnonzero(steps["phase"] == PHASES.index("train"))
+    assert train.size == 16
+    # traced: the first call, and the first calls with 2.0 and 3.0 (epochs 2 and 3)
+    assert steps["traced"][train].tolist() == [True] + [False] * 7 + ([True] + [False] * 3) * 2
+    outer = next(loop.id for loop in r.record.loops if loop.source.startswith("for epoch"))
+    epochs = np.flatnonzero((steps["kind"] == KINDS.index("loop")) & (steps["loop"] == outer))
+    # each epoch traced the map; only the first and the retracing ones traced the step
+    assert steps["traced"][epochs].tolist() == [True, False, True, True]
 
 
 def test_data_wait_is_the_time_in_next(loop_ip):

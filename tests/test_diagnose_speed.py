@@ -386,6 +386,42 @@ def test_repeated_fit_one_epoch_at_a_time(compiled):
     assert f.evidence["calls"] == 8
     assert f.evidence["batches_per_call"] == 8
     assert f.evidence["setup_share"] >= 0.3
+    assert "epochs=8" in f.rewrite and "train_on_batch" not in f.fix + f.rewrite
+
+
+def test_a_replay_loops_predicts_and_one_batch_fits_are_one_finding_fixed_together(compiled):
+    """A deep-Q-learning replay (the pattern of many reinforcement-learning notebooks): per
+    sampled transition, two predicts and a fit of that one sample. Both APIs are named with
+    their set-up, and the rewrite makes the fits `train_on_batch` (new data each call: one
+    `fit` with more epochs would not be the same training) and the predicts
+    `predict_on_batch`, training the same weights."""
+    cell = (
+        "import random\n"
+        "random.seed(0)\n"
+        "model.compile(optimizer=keras.optimizers.SGD(0.05), loss=loss_fn)  # no state\n"
+        "memory = [(x[i:i + 1], int(y[i]), x[i + 1:i + 2]) for i in range(12)]\n"
+        "for state, action, next_state in random.sample(memory, 12):\n"
+        "    target = model.predict(state, verbose=0)\n"
+        "    target[0][action] = 0.9 * np.amax(model.predict(next_state, verbose=0)[0])\n"
+        "    model.fit(state, target.argmax(axis=1), epochs=1, verbose=0)\n"
+        "checksum = float(sum(abs(w).sum() for w in model.get_weights()))\n"
+    )
+    compiled.run_cell("weights = model.get_weights()")
+    result, r = profiled(compiled, cell)
+    assert result.success, result.error_in_exec
+    f = the(r, "repeated-keras-call")
+    assert (f.evidence["api"], f.evidence["calls"]) == ("predict", 24)
+    assert (f.evidence["also_api"], f.evidence["also_calls"]) == ("fit", 12)
+    assert f.evidence["also_setup_s"] > 0
+    assert "`model.train_on_batch(x, y)`" in f.fix and "epochs=N" not in f.fix
+    assert "model.train_on_batch(state, target.argmax(axis=1))\n" in f.rewrite
+    assert "model.predict_on_batch(state)" in f.rewrite
+    assert "model.predict_on_batch(next_state)" in f.rewrite
+    # the rewrite trains the same weights from the same start
+    plain = compiled.user_ns["checksum"]
+    compiled.run_cell("model.set_weights(weights)")
+    assert compiled.run_cell(f.rewrite).success
+    assert compiled.user_ns["checksum"] == pytest.approx(plain, rel=1e-5)
 
 
 def test_repeated_compile_in_a_learning_rate_loop(compiled):

@@ -187,6 +187,7 @@ REWRITES = {
     "vectorise_element_loop": {},
     "mixed_precision": {},
     "gradient_accumulation": {"steps": 4},
+    "train_on_batch_in_loop": {},
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfdiag_magic.rewrite import compile_once, fit_once, predict_in_loop
+from tfdiag_magic.rewrite import compile_once, fit_once, predict_in_loop, train_on_batch_in_loop
 
 from .test_rewrite_common import assert_compiles, execute
 
@@ -190,3 +190,56 @@ for e in range(num_epochs):
     assert fit_once(uses_epoch) is None
     epoch_needed_after = "for e in range(3):\n    model.fit(x, y)\nprint(e)\n"
     assert fit_once(epoch_needed_after) is None
+
+
+REPLAY_CELL = """import numpy as np
+import keras
+
+keras.utils.set_random_seed(5)
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+model.compile(optimizer="sgd", loss="mse")
+rng = np.random.default_rng(1)
+for step in range(4):
+    state = rng.normal(size=(1, 3)).astype("float32")
+    target = model.predict(state, verbose=0) + 1.0
+    model.fit(state, target, epochs=1, verbose=0)  # one sample: one step
+weights = model.get_weights()
+"""
+
+
+def test_fit_of_data_made_in_the_loop_becomes_train_on_batch_with_the_same_weights():
+    out = train_on_batch_in_loop(REPLAY_CELL, loop_lineno=8)
+    assert out is not None
+    assert_compiles(out)
+    assert "    model.train_on_batch(state, target)  # one sample: one step\n" in out
+    before, after = execute(REPLAY_CELL), execute(out)
+    for a, b in zip(before["weights"], after["weights"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_train_on_batch_keeps_weights_and_names_the_data():
+    source = (
+        "for i in range(9):\n"
+        "    xb = make(i)\n"
+        "    net.fit(x=xb, y=xb * 2, sample_weight=w, batch_size=64, shuffle=False, verbose=0)\n"
+    )
+    out = train_on_batch_in_loop(source)
+    assert out is not None
+    assert "    net.train_on_batch(x=xb, y=xb * 2, sample_weight=w)\n" in out
+
+
+def test_fits_train_on_batch_cannot_take_stay():
+    for source in (
+        "for e in range(5):\n    model.fit(x, y, epochs=1, verbose=0)\n",  # the same data
+        "for xb, yb in batches:\n    h = model.fit(xb, yb, verbose=0)\n",  # its history used
+        "for xb, yb in batches:\n    model.fit(xb, yb, verbose=0, callbacks=[cb])\n",
+        "for xb, yb in batches:\n    model.fit(xb, yb, epochs=2)\n",
+        "for xb, yb in batches:\n    model.fit(xb, yb, validation_split=0.1)\n",
+        "model.fit(x, y)\n",  # in no loop
+    ):
+        assert train_on_batch_in_loop(source) is None, source
+    # a loop given by its line: a fit in another loop stays
+    two = "for a in s:\n    m.fit(a, a)\nfor b in s:\n    m.fit(b, b)\n"
+    assert train_on_batch_in_loop(two, loop_lineno=3) == (
+        "for a in s:\n    m.fit(a, a)\nfor b in s:\n    m.train_on_batch(b, b)\n"
+    )

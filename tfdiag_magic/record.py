@@ -80,7 +80,7 @@ STEP_COLUMNS: dict[str, type] = {
     "eager": np.bool_,  # the step ran eagerly (no graph)
     "fused": np.uint16,  # steps that shared one host call (Keras steps_per_execution); 1 otherwise
     "loop": np.int16,  # id of the innermost loop of the cell this step ran in; -1 for none
-    "traced": np.bool_,  # a tf.function was traced during the step
+    "traced": np.bool_,  # a tf.function was traced during the step (not a tf.data function)
     "callback_time": np.float32,  # seconds in Keras callbacks around the step
     "gc_time": np.float32,  # seconds of Python GC pauses during the step
     "host_bytes": np.float64,  # bytes of NumPy arrays the cell passed into the step's call
@@ -133,6 +133,9 @@ class DroppedSteps:
         return float(values.sum() if phase is None else values[Phase.of(phase)])
 
 
+DATASET_FUNCTION = "Dataset_"  # how TensorFlow names a tf.data transformation's function
+
+
 @dataclass
 class TraceEvent:
     """One tracing of a tf.function (a new concrete function was built)."""
@@ -149,6 +152,12 @@ class TraceEvent:
     # Where the traced Python function is defined (its code's file and first line), () where not
     # known: two functions of one name (a cell's `train_step`, a later cell's other one) apart.
     defined_at: tuple[str, int] | tuple[()] = ()
+
+    @property
+    def of_a_pipeline(self) -> bool:
+        """A function given to a tf.data transformation (``ds.map(f)``, Keras' own pipelines
+        over arrays): tf.data traces it as the pipeline is built, once per pipeline."""
+        return self.function.startswith(DATASET_FUNCTION)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import re
 from typing import Any
 
 from .diagnose.machine_load import machine_during_run
-from .diagnose.progressive_slowdown import DATASET_FUNCTION
 from .diagnose.retracing import traced_from
 from .findings import Finding
 from .phase_split import loop_split, phase_models
@@ -195,7 +194,7 @@ def _tracing_by_whose(traces: list) -> dict[str, float | int]:
     pipeline built): the rest are the code's own tf.functions."""
     top = [t for t in traces if not t.nested]
     library = [t for t in top if t.library]
-    datasets = [t for t in top if not t.library and t.function.startswith(DATASET_FUNCTION)]
+    datasets = [t for t in top if not t.library and t.of_a_pipeline]
     return {
         "library_count": len(library),
         "library_time": sum(t.duration for t in library),

@@ -397,6 +397,12 @@ def _attribute_events(record: Record) -> None:
     An event belongs to every row whose time span holds it. Rows of one kind do not overlap
     (iterations of one loop follow each other; an eager update step can hold the function
     calls it made), so each kind, and each loop, is searched on its own.
+
+    A row is marked traced for the building of a graph it runs, never for a tf.data
+    transformation's function (`TraceEvent.of_a_pipeline`): tf.data traces that as the
+    pipeline is built, and a pipeline built inside a step is built at every such step (a
+    `predict` on an array in a loop builds Keras' pipeline each call, three tracings): its cost
+    is the steady one, and warm-up rows are left out of the steady state.
     """
     steps = record.steps
     n = steps["start"].shape[0]
@@ -404,7 +410,7 @@ def _attribute_events(record: Record) -> None:
     steps["gc_time"] = np.zeros(n, dtype=np.float32)
     if n == 0:
         return
-    trace_times = np.array([t.time for t in record.traces], dtype=np.float64)
+    trace_times = np.array([t.time for t in record.traces if not t.of_a_pipeline], dtype=np.float64)
     gc_times = record.gc.get("time", np.zeros(0))
     gc_durations = record.gc.get("duration", np.zeros(0))
     is_loop = steps["kind"] == Kind.LOOP

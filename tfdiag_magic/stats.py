@@ -1,7 +1,8 @@
 """Summary numbers of a Record: steady-state step times, time split, memory at start/peak/end.
 
 Warm-up steps are kept apart from the steady state: the first step of each phase (it builds
-iterators, variables and the runtime) and every step during which a tf.function was traced.
+iterators, variables and the runtime) and every step during which a tf.function was traced
+(a graph it runs: not a tf.data transformation's function, traced as a pipeline is built).
 Counts and totals include the rows a long run's reduced table left out (`Record.dropped`);
 medians and percentiles come from the rows it kept.
 """

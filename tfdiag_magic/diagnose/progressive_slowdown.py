@@ -364,9 +364,6 @@ def _memory_rank_correlation(record: Record, found: dict) -> float | None:
     return rounded(_spearman(np.asarray(memory), found["medians"]), 3)
 
 
-DATASET_FUNCTION = "Dataset_"  # how TensorFlow names a tf.data transformation's function
-
-
 def _growing_alongside(record: Record, since: float) -> list[str]:
     notes: list[str] = []
     # Keras' own train, test and predict functions trace once or twice each as they are first
@@ -386,7 +383,7 @@ def _growing_alongside(record: Record, since: float) -> list[str]:
         if not t.nested
         and not t.library
         and t.time >= since
-        and not t.function.startswith(DATASET_FUNCTION)
+        and not t.of_a_pipeline
         and not any(same_function(t.function, name) for name in keras_own)
     ]
     if len(traces) >= 3:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Callable
 
 from ..findings import Finding
 from ..record import OTHER_CALLS, KerasCall, KerasCallGroup, Kind, Record
-from ..rewrite import compile_once, fit_once, predict_in_loop
+from ..rewrite import compile_once, fit_once, predict_in_loop, train_on_batch_in_loop
 from ..units import seconds, share
 from .evidence import first_rewrite, loop_label, loop_line, rounded, with_rewrite
 
@@ -28,12 +29,16 @@ difference grows with the number of calls.
 
 ## Evidence we show
 The API, the number of calls from one loop, the median time of a call, and the time spent in
-the batches inside the calls (the work), so the set-up share is measured, not guessed.
+the batches inside the calls (the work), so the set-up share is measured, not guessed. Other
+APIs the same loop repeats past the threshold (its `predict` and its `fit`) are named in the
+same finding (`also`), and the rewrite fixes each.
 
 ## Fix
 - `predict` on one batch in a loop: `model.predict_on_batch(x)` (returns NumPy too) or
   `model(x, training=False)`; better, predict all inputs in one call.
 - `fit(..., epochs=1)` in a loop: one `fit(..., epochs=N)`, with a callback for per-epoch work.
+  Where each call fits one batch of data the loop makes (a replay buffer's sample in
+  reinforcement learning), `model.train_on_batch(x, y)`: the same step without the set-up.
 - `compile` in a loop: compile once, before the loop.
 
 ## Threshold
@@ -66,7 +71,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     for group in record.keras_call_groups:
         if group.loop >= 0 and group.built != OTHER_CALLS:
             summed[(group.api, group.loop, group.model, group.built)].append(group)
-    best: tuple[float, str, int, list[KerasCall], list[KerasCallGroup]] | None = None
+    found: list[tuple[float, str, int, list[KerasCall], list[KerasCallGroup]]] = []
     for key in [*groups, *(key for key in summed if key not in groups)]:  # in call order
         api, loop = key[0], key[1]
         calls, later = groups.get(key, []), summed.get(key, [])
@@ -79,11 +84,14 @@ def check(record: Record, source: str | None) -> Finding | None:
             continue
         if api != "compile" and overhead < MIN_OVERHEAD_SHARE * total:
             continue
-        if best is None or overhead > best[0]:
-            best = (overhead, api, loop, calls, later)
-    if best is None:
+        found.append((overhead, api, loop, calls, later))
+    if not found:
         return None
+    best = max(found, key=lambda group: group[0])
     overhead, api, loop, calls, later = best
+    # The other APIs repeated in the same loop (a replay loop's predicts and fits): named in
+    # the same finding, and fixed in the same rewrite.
+    also = [group for group in found if group[2] == loop and group[1] != api]
     count, total, work, batches = _totals(calls, later)
     if api == "compile":
         total = overhead + work
@@ -102,20 +110,9 @@ def check(record: Record, source: str | None) -> Finding | None:
         "batches_per_call": rounded(batches / count, 3),
     }
     lineno = loop_line(record, loop)
-    attempts = {
-        "predict": [(predict_in_loop, {"loop_lineno": lineno})],
-        "compile": [(compile_once, {})],
-        "fit": [(fit_once, {})],
-        "evaluate": [],
-    }[api]
-    fix = {
-        "predict": "Use `model.predict_on_batch(x)` or `model(x, training=False)` in the loop,"
-        " or predict all inputs in one call.",
-        "compile": "Compile once, before the loop.",
-        "fit": "Call `fit` once with `epochs=N`; do per-epoch work in a callback.",
-        "evaluate": "Evaluate once on all the data, or use `model(x, training=False)` and a"
-        " metric object in the loop.",
-    }[api]
+    one_batch = batches <= count  # every call ran one batch (or none)
+    rewritten, by = _rewrite(source, lineno, [(api, one_batch)])
+    fix = _fix(api, one_batch, by)
     detail = (
         f"`model.{api}` was called {count} times from {evidence['loop']};"
         f" a call took {seconds(per_call)} on average (median {seconds(median)}; the first"
@@ -133,7 +130,26 @@ def check(record: Record, source: str | None) -> Finding | None:
             " still has work of its own at its ends (callbacks, validation, a new pass over"
             " the data)."
         )
-    run_share = overhead / record.wall_time if record.wall_time > 0 else 1.0
+    in_all = overhead
+    for other_overhead, other_api, _, other_calls, other_later in sorted(also, reverse=True):
+        other_count, other_total, _, other_batches = _totals(other_calls, other_later)
+        other_one_batch = other_batches <= other_count
+        rewritten_too, other_by = _rewrite(
+            rewritten or source, lineno, [(other_api, other_one_batch)]
+        )
+        rewritten = rewritten_too or rewritten
+        detail += (
+            f" The same loop also calls `{other_api}` {other_count} times,"
+            f" {share(other_overhead, other_total)} of its time outside its batches"
+            f" ({seconds(other_overhead)} in all)."
+        )
+        fix += f" `{other_api}`: {_fix(other_api, other_one_batch, other_by)}"
+        if "also_api" not in evidence:  # the largest of them
+            evidence["also_api"] = other_api
+            evidence["also_calls"] = other_count
+            evidence["also_setup_s"] = rounded(other_overhead)
+        in_all += other_overhead
+    run_share = in_all / record.wall_time if record.wall_time > 0 else 1.0
     evidence["setup_share_of_run"] = rounded(run_share, 3)
     finding = Finding(
         code=CODE,
@@ -147,9 +163,60 @@ def check(record: Record, source: str | None) -> Finding | None:
         detail=detail,
         fix=fix,
         evidence=evidence,
-        impact=overhead,
+        impact=in_all,
     )
-    return with_rewrite(finding, source, first_rewrite(source, *attempts))
+    return with_rewrite(finding, source, rewritten)
+
+
+_FIXES = {
+    "predict": "Use `model.predict_on_batch(x)` or `model(x, training=False)` in the loop,"
+    " or predict all inputs in one call.",
+    "compile": "Compile once, before the loop.",
+    "fit": "Call `fit` once with `epochs=N`; do per-epoch work in a callback.",
+    "evaluate": "Evaluate once on all the data, or use `model(x, training=False)` and a"
+    " metric object in the loop.",
+}
+# Each call fitted one batch: where the loop makes new data each time (a replay buffer's
+# sample), fitting it once with more epochs is not the same training.
+_FIT_NEW_DATA_FIX = (
+    "Where each call fits one batch of new data (a replay buffer's sample),"
+    " `model.train_on_batch(x, y)` runs the same training step without the call's set-up;"
+    " or gather the batches and fit them in one call."
+)
+
+
+def _fix(api: str, one_batch: bool, by: Callable[..., str | None] | None) -> str:
+    """The fix in words: a fit of one batch a call may be new data each time, where fitting
+    it once with more epochs is not the same training (`train_on_batch` where the rewrite
+    saw the data made in the loop)."""
+    if api != "fit" or not one_batch:
+        return _FIXES[api]
+    if by is train_on_batch_in_loop:
+        return _FIT_NEW_DATA_FIX
+    return f"{_FIXES[api]} {_FIT_NEW_DATA_FIX}"
+
+
+def _rewrite(
+    source: str | None, lineno: int | None, apis: list[tuple[str, bool]]
+) -> tuple[str | None, Callable[..., str | None] | None]:
+    """The cell with the fix of each (api, one batch a call) made in turn, and the rewrite
+    function of the last that applied; (None, None) where none did."""
+    current, by = source, None
+    for api, one_batch in apis:
+        attempts = {
+            "predict": [(predict_in_loop, {"loop_lineno": lineno})],
+            "compile": [(compile_once, {})],
+            "fit": [(fit_once, {})],
+            "evaluate": [],
+        }[api]
+        if api == "fit" and one_batch:
+            attempts = [(train_on_batch_in_loop, {"loop_lineno": lineno}), *attempts]
+        for function, facts in attempts:
+            result = first_rewrite(current, (function, facts))
+            if result is not None:
+                current, by = result, function
+                break
+    return (current, by) if current != source else (None, None)
 
 
 Builds = dict[str, tuple[list[float], list[int]]]

@@ -10,7 +10,8 @@ lines of the source given (that line included, when there is one).
 - datasets_built_once: fit on arrays -> tf.data datasets built once (short epochs)
 - compile_eager_step: @tf.function on eager training steps; eager switches removed
 - scalars_to_tensors / reduce_retracing / input_signature / hoist_function: retracing
-- predict_in_loop / compile_once / fit_once: Keras calls repeated in loops
+- predict_in_loop / compile_once / fit_once / train_on_batch_in_loop: Keras calls repeated
+  in loops
 - clear_session_in_loop: models built in a loop
 - detach_appends: tensors kept in lists and running totals
 - memory_growth_first / MEMORY_GROWTH_CELL: GPU memory growth, set before GPU start-up
@@ -30,7 +31,7 @@ from .common import unified_diff
 from .detach import detach_appends
 from .eager import compile_eager_step
 from .epoch_datasets import datasets_built_once
-from .keras_loops import compile_once, fit_once, predict_in_loop
+from .keras_loops import compile_once, fit_once, predict_in_loop, train_on_batch_in_loop
 from .memory_growth import MEMORY_GROWTH_CELL, memory_growth_first
 from .mixed_precision import mixed_precision
 from .numpy_batches import numpy_batches_to_dataset
@@ -57,6 +58,7 @@ __all__ = [
     "reduce_retracing",
     "scalars_to_tensors",
     "steps_per_execution",
+    "train_on_batch_in_loop",
     "tune_input_pipeline",
     "unified_diff",
     "vectorise_element_loop",

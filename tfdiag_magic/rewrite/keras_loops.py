@@ -12,6 +12,12 @@
 - `fit_once`: ``for e in range(E): model.fit(..., epochs=1)`` (only that call, plus optional
   printing) becomes one ``model.fit(..., epochs=E)``; the ``epochs=e + 1, initial_epoch=e``
   form too. A history kept from the call then holds all epochs.
+- `train_on_batch_in_loop`: ``model.fit(x, y, epochs=1, verbose=0)`` on data the loop makes
+  each iteration (a replay buffer's sample), one batch a call as measured, becomes
+  ``model.train_on_batch(x, y)``: the same training step, without a call's set-up.
+  ``sample_weight=`` and ``class_weight=`` are kept; ``epochs=1``, ``verbose=``,
+  ``shuffle=`` and ``batch_size=`` dropped (the whole ``x`` was one batch). A call whose
+  result is used (its history), or with other options (callbacks, validation), is left alone.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ from .common import (
 from .pipeline import dataset_names, is_dataset
 
 _DROPPED_PREDICT_OPTIONS = {"verbose", "batch_size"}
+_DROPPED_FIT_OPTIONS = {"epochs", "verbose", "shuffle", "batch_size"}
+_KEPT_FIT_OPTIONS = {"x", "y", "sample_weight", "class_weight"}
 
 
 def predict_in_loop(source: str, *, loop_lineno: int | None = None) -> str | None:
@@ -221,3 +229,54 @@ def _is_print(small: cst.CSTNode) -> bool:
         and isinstance(small.value, cst.Call)
         and dotted(small.value.func) == "print"
     )
+
+
+def train_on_batch_in_loop(source: str, *, loop_lineno: int | None = None) -> str | None:
+    """``model.fit(x, y, epochs=1, ...)`` on data bound in the loop at `loop_lineno` becomes
+    ``model.train_on_batch(x, y)`` (see the module's docstring). The caller has measured
+    one batch a call: the rewrite cannot see how many samples ``x`` holds."""
+
+    def transform(cell: Cell) -> cst.Module | None:
+        chosen = loop_at_line(cell, loop_lineno) if loop_lineno is not None else None
+        if loop_lineno is not None and chosen is None:
+            return None
+        edits = {}
+        for statement in walk(cell.module):
+            small = single_small(statement)
+            if not isinstance(small, cst.Expr) or method_name(small.value) != "fit":
+                continue
+            call = small.value
+            loops = enclosing_loops(cell, statement)
+            if not loops or (chosen is not None and chosen not in loops):
+                continue
+            if _fit_of_one_batch_ok(call) and _data_made_in(loops[0], call):
+                edits[call] = _to_train_on_batch
+        return replace(cell.module, edits) if edits else None
+
+    return rewrite_cell(source, transform)
+
+
+def _fit_of_one_batch_ok(call: cst.Call) -> bool:
+    """A fit call train_on_batch can take: x and y (positional or named), weights, and
+    options that mean nothing for one batch; one epoch."""
+    if any(a.star for a in call.args) or len(positional_args(call)) > 2:
+        return False
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    if keywords - _DROPPED_FIT_OPTIONS - _KEPT_FIT_OPTIONS:
+        return False
+    epochs = find_kwarg(call, "epochs")
+    return epochs is None or int_value(epochs.value) == 1
+
+
+def _data_made_in(loop: cst.CSTNode, call: cst.Call) -> bool:
+    """The fit's data is bound in the loop (its target or the body's assignments): new data
+    each iteration, not the same data fitted again (`fit_once`'s case)."""
+    data = [a for a in call.args if a.keyword is None or a.keyword.value in ("x", "y")]
+    made = stored_names(loop)
+    return bool(data) and all(loaded_names(a.value) & made for a in data)
+
+
+def _to_train_on_batch(call: cst.Call) -> cst.Call:
+    dropped = [a for a in call.args if a.keyword and a.keyword.value in _DROPPED_FIT_OPTIONS]
+    call = remove_args(call, dropped)
+    return call.with_changes(func=call.func.with_changes(attr=cst.Name("train_on_batch")))

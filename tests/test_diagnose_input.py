@@ -1486,6 +1486,36 @@ def test_host_conversion_tf_function_step_on_shuffled_numpy_batches(tab):
     check_conversion(the(r, "per-step-host-conversion"), 32, 128 * 16 * 4 + 128 * 4)
 
 
+def test_host_conversion_leaves_the_set_up_of_a_gans_predicts_to_repeated_keras_call(tab):
+    """A GAN's loop (the classic Keras shape): a generator's `predict` on fresh noise, then
+    `train_on_batch` on NumPy arrays. The predicts' set-up is most of the loop, and a
+    pipeline for the steps' batches would not give it back: it is not counted as the loop's
+    time outside its steps, which is what makes the finding a warning on a CPU."""
+    result, r = profiled(
+        tab,
+        "model.compile(optimizer='adam', loss=loss_fn)\n"
+        "generator = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16)])\n"
+        "for it in range(30):\n"
+        "    noise = rng.normal(size=(32, 8))\n"
+        "    fake = generator.predict(noise, verbose=0)\n"
+        "    idx = rng.integers(0, len(x), 32)\n"
+        "    model.train_on_batch(x[idx], y[idx])\n"
+        "    model.train_on_batch(fake, np.zeros(32, 'int32'))\n",
+    )
+    assert result.success, result.error_in_exec
+    f = the(r, "per-step-host-conversion")
+    ev = f.evidence
+    assert ev["steps_fed_from_numpy"] == 60 == ev["training_steps"]
+    set_up = ev["keras_calls_set_up_s"]
+    calls = [c for c in r.record.keras_calls if c.api == "predict"]
+    assert len(calls) == 30
+    assert set_up == pytest.approx(sum(c.duration - c.step_time for c in calls), rel=0.01)
+    loop = r.record.loops[0].seconds
+    assert ev["outside_steps_s"] < loop - set_up  # what is left is the loop's own work
+    assert "left out of that" in f.detail
+    assert listing(r).count("repeated-keras-call") == 1  # the predicts' set-up: its finding
+
+
 CONVERTING_CELLS = {
     "top-level": (
         "mean, std = x.mean(axis=0), x.std(axis=0)\n"

@@ -52,7 +52,9 @@ is fixed) and the loop spends under a tenth of its time outside its steps: there
 gain (a reinforcement-learning loop converting its observations, a few hundred bytes a step
 made one at a time from the model's own actions, read 0.03% and 0.5%). It is a warning when the
 loop's time outside its steps is at least 10% of the loop, or TensorFlow has a GPU (every
-conversion is then a transfer); an info note otherwise.
+conversion is then a transfer); an info note otherwise. The set-up of Keras calls the loop
+makes (`predict`, `fit`: their time outside their batches) is not time outside the steps here:
+a pipeline for the steps' batches does not give it back (`repeated-keras-call` is about it).
 """
 
 MIN_STEPS = 20
@@ -84,7 +86,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     per_step = float(np.median(steps["host_bytes"][fed]))
     loop_ids = steps["loop"][fed]
     loop = int(np.bincount(loop_ids[loop_ids >= 0]).argmax()) if (loop_ids >= 0).any() else -1
-    outside, loop_time = _outside_steps(record, loop)
+    outside, loop_time, keras_set_up = _outside_steps(record, loop)
     conversion = record.facts.get("host_conversion_s")
     step_median = float(np.median(steps["duration"][fed]))
     outside_share = outside / loop_time if loop_time > 0 else 0.0
@@ -104,6 +106,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         "outside_steps_share_of_loop": rounded(outside_share, 3),
         "gpu": gpu,
     }
+    if keras_set_up > 0:
+        evidence["keras_calls_set_up_s"] = rounded(keras_set_up)
     cost = f"; converting one costs {seconds(conversion)} here" if conversion else ""
     finding = Finding(
         code=CODE,
@@ -117,6 +121,12 @@ def check(record: Record, source: str | None) -> Finding | None:
                 f" The loop spent {share(outside, loop_time)} of its time outside the steps"
                 " (slicing, converting, Python bookkeeping), with nothing overlapping it."
                 if loop_time > 0
+                else ""
+            )
+            + (
+                f" The set-up of the Keras calls it made ({seconds(keras_set_up)}) is left"
+                " out of that: a tf.data pipeline for the steps' batches would not give it back."
+                if keras_set_up > 0
                 else ""
             )
             + (
@@ -153,12 +163,21 @@ def _nothing_to_gain(
     return conversion < MIN_CONVERSION_SHARE * float(np.median(steps["duration"][steady]))
 
 
-def _outside_steps(record: Record, loop: int) -> tuple[float, float]:
-    """Seconds the loop's iterations spent outside steps, and the loop's total time."""
+def _outside_steps(record: Record, loop: int) -> tuple[float, float, float]:
+    """Seconds the loop's iterations spent outside steps and outside the set-up of the Keras
+    calls made in it, the loop's total time, and that set-up (a `predict` per iteration of a
+    GAN's loop spends most of the loop building its pipeline: `repeated-keras-call`'s, not
+    time a tf.data pipeline for the steps' batches would give back)."""
     for info in record.loops:
         if info.id == loop:
             steps = record.steps
             inside = (steps["loop"] == loop) & (steps["kind"] != Kind.LOOP)
             step_time = float(steps["duration"][inside].sum())
-            return max(info.seconds - step_time, 0.0), info.seconds + info.wait
-    return 0.0, 0.0
+            set_up = sum(c.duration - c.step_time for c in record.keras_calls if c.loop == loop)
+            set_up += sum(
+                g.duration - g.step_time for g in record.keras_call_groups if g.loop == loop
+            )
+            set_up = max(set_up, 0.0)
+            outside = max(info.seconds - step_time - set_up, 0.0)
+            return outside, info.seconds + info.wait, set_up
+    return 0.0, 0.0, 0.0

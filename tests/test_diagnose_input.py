@@ -1614,6 +1614,37 @@ def test_a_conversion_outside_the_loops_is_not_a_step_s(tab):
 # -- small-batch ----------------------------------------------------------------------------
 
 
+STATEFUL_CELL = """
+keras.utils.set_random_seed(0)
+series = np.sin(np.arange(121) / 10.0).astype("float32")
+model = keras.Sequential([
+    keras.Input(batch_shape=(1, 1, 1)),
+    keras.layers.LSTM(4, stateful=True),
+    keras.layers.Dense(1),
+])
+model.compile(loss="mse", optimizer="adam")
+model.fit(series[:-1].reshape(-1, 1, 1), series[1:], batch_size=1, shuffle=False, verbose=0)
+checksum = float(sum(abs(w).sum() for w in model.get_weights()))
+"""
+
+
+def test_small_batch_of_a_stateful_model_proposes_steps_per_execution_not_a_larger_batch(ip):
+    """A stateful LSTM of batch 1 (a time-series tutorial's shape): its batch size is the
+    number of sequences it carries state for, so a larger batch would be another model (and
+    not divide its data); several steps per call are the same training."""
+    ip.run_cell("import numpy as np, keras")
+    result, r = profiled(ip, STATEFUL_CELL)
+    assert result.success, result.error_in_exec
+    f = the(r, "small-batch")
+    assert f.evidence["batch_size"] == 1 and f.evidence["stateful_layers"] == 1
+    assert "steps_per_execution=32" in f.fix and "larger batch (" not in f.fix
+    assert 'model.compile(loss="mse", optimizer="adam", steps_per_execution=32)' in f.rewrite
+    assert "batch_shape=(1, 1, 1)" in f.rewrite and "batch_size=1," in f.rewrite
+    plain = ip.user_ns["checksum"]
+    assert ip.run_cell(f.rewrite).success
+    assert ip.user_ns["checksum"] == pytest.approx(plain, rel=1e-5)  # the same training
+
+
 def test_small_batch_fit_one_sample_at_a_time(tab):
     result, r = profiled(
         tab,

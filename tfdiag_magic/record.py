@@ -268,6 +268,9 @@ class KerasCall:
     caller_line: int = -1
     dense_layers: int = 0  # Dense/Conv/attention-style layers of the model (Tensor Core work)
     layers: int = 0
+    # Layers that carry state from batch to batch (a stateful RNN): the batch size is then the
+    # number of sequences the model carries, part of what it learns
+    stateful_layers: int = 0
     data_time: float = float("nan")  # seconds a generator / PyDataset took to make the batches
     data_items: int = 0  # batches the generator or PyDataset made
     data_workers: int = 1  # threads a PyDataset's batches were made on (its `workers`)

@@ -361,12 +361,13 @@ class KerasProbe:
         """Give `rec` the top-level Keras call `api` of `model` that began at `start` (steps
         since `mark`), now that it ended, with what `timer` and `meter` measured of its data."""
         end = perf_counter()
-        layers = matmul = 0
+        layers = matmul = stateful = 0
         if api == "fit":
             try:
                 for layer in model._flatten_layers(include_self=False):
                     layers += 1
                     matmul += any(word in type(layer).__name__ for word in _MATMUL_LAYERS)
+                    stateful += getattr(layer, "stateful", False) is True
             except Exception:
                 pass
         # Read for the calls kept one by one (past them, calls are summed by kind).
@@ -387,6 +388,7 @@ class KerasProbe:
                 data=data_kind(data) if api != "compile" else "",
                 dense_layers=matmul,
                 layers=layers,
+                stateful_layers=stateful,
                 data_time=timer.seconds if timer is not None else NAN,
                 data_items=timer.items if timer is not None else 0,
                 data_workers=getattr(timer, "workers", 1),

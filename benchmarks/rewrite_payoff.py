@@ -1,14 +1,19 @@
-"""A deep-Q-learning replay loop, plainly and as `repeated-keras-call` rewrites it.
+"""Real programs' patterns, as written and as a finding's rewrite has them.
 
-Run: ``.venv/bin/python benchmarks/replay_loop.py`` (``ROUNDS=N``, default 3).
+Run: ``.venv/bin/python benchmarks/rewrite_payoff.py`` (``ROUNDS=N``, default 3;
+``PROGRAMS=replay,stateful`` for some of them).
 
-The program is the pattern of many reinforcement-learning notebooks: a toy environment in
-NumPy, a replay memory, and per sampled transition two ``model.predict`` calls and a
-``model.fit`` of that one sample. It is profiled once (``python -m tfdiag_magic profile``); the
-finding's rewrite (``predict_on_batch``, ``train_on_batch``) is then run against the program
-as written, in turns, each in a process of its own. It prints each run's wall time (the
-process's, TensorFlow's import included) and a checksum of the final weights: the rewrite
-must train the same weights.
+Each program is profiled once (``python -m tfdiag_magic profile``); the rewrite of the finding
+named for it is then run against the program as written, in turns, each in a process of its
+own. It prints each run's wall time (the process's, TensorFlow's import included) and a
+checksum of the final weights: a rewrite that keeps the training must train the same weights.
+
+- ``replay``: a deep-Q-learning replay loop, the pattern of many reinforcement-learning
+  notebooks: a toy environment in NumPy, a replay memory, and per sampled transition two
+  ``model.predict`` calls and a ``model.fit`` of that one sample (`repeated-keras-call`:
+  ``predict_on_batch``, ``train_on_batch``).
+- ``stateful``: a stateful LSTM of batch 1 fitted four times, its states reset between, as
+  time-series tutorials write it (`small-batch`: ``steps_per_execution``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PROGRAM = '''\
+REPLAY = '''\
 import random
 from collections import deque
 import numpy as np
@@ -99,6 +104,30 @@ for episode in range(6):
 print("checksum", float(sum(abs(w).sum() for w in model.get_weights())))
 '''
 
+STATEFUL = """\
+import numpy as np
+import keras
+from keras import layers
+
+keras.utils.set_random_seed(0)
+series = np.sin(np.arange(400) / 10.0).astype("float32")
+X = series[:-1].reshape(-1, 1, 1)
+y = series[1:].reshape(-1, 1)
+batch_size = 1
+model = keras.Sequential([
+    keras.Input(batch_shape=(batch_size, 1, 1)),
+    layers.LSTM(8, stateful=True),
+    layers.Dense(1),
+])
+model.compile(loss="mean_squared_error", optimizer="adam")
+for i in range(4):
+    model.fit(X, y, epochs=1, batch_size=batch_size, verbose=0, shuffle=False)
+    model.layers[0].reset_states()
+print("checksum", float(sum(abs(w).sum() for w in model.get_weights())))
+"""
+
+# name: (program, the finding whose rewrite is run)
+PROGRAMS = {"replay": (REPLAY, "repeated-keras-call"), "stateful": (STATEFUL, "small-batch")}
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
@@ -111,34 +140,45 @@ def _run(script: Path) -> tuple[float, str]:
     return time.perf_counter() - start, checksum.split()[1]
 
 
-def main() -> None:
-    rounds = int(os.environ.get("ROUNDS", "3"))
+def compare(name: str, rounds: int) -> None:
+    """Profile the program `name`, then time it and its finding's rewrite in turns."""
+    program, code = PROGRAMS[name]
     with tempfile.TemporaryDirectory() as folder:
-        plain = Path(folder) / "replay.py"
-        plain.write_text(PROGRAM)
-        report = Path(folder) / "replay.json"
+        plain = Path(folder) / f"{name}.py"
+        plain.write_text(program)
+        report = Path(folder) / f"{name}.json"
         subprocess.run(
             [sys.executable, "-m", "tfdiag_magic", "profile", "--json", str(report), str(plain)],
             capture_output=True,
             env=ENV,
             check=True,
         )
-        finding = next(
-            f for f in json.loads(report.read_text())["findings"]
-            if f["code"] == "repeated-keras-call"
-        )  # fmt: skip
-        print(finding["title"])
-        print(finding["diff"] if finding.get("diff") else "(no rewrite)")
-        rewritten = Path(folder) / "replay_rewritten.py"
+        findings = json.loads(report.read_text())["findings"]
+        finding = next((f for f in findings if f["code"] == code), None)
+        print(f"## {name}: {finding['title'] if finding else f'no {code} finding'}")
+        if finding is None or not finding.get("rewrite"):
+            return
+        print(finding["diff"])
+        rewritten = Path(folder) / f"{name}_rewritten.py"
         rewritten.write_text(finding["rewrite"])
         times: dict[str, list[float]] = {"as written": [], "rewritten": []}
         for _ in range(rounds):
-            for name, script in (("as written", plain), ("rewritten", rewritten)):
+            for arm, script in (("as written", plain), ("rewritten", rewritten)):
                 seconds, checksum = _run(script)
-                times[name].append(seconds)
-                print(f"{name:>10}: {seconds:6.2f} s, weights checksum {checksum}")
-    for name, values in times.items():
-        print(f"{name:>10}: median {statistics.median(values):.2f} s over {rounds} runs")
+                times[arm].append(seconds)
+                print(f"{arm:>10}: {seconds:6.2f} s, weights checksum {checksum}")
+    for arm, values in times.items():
+        print(f"{arm:>10}: median {statistics.median(values):.2f} s over {rounds} runs")
+
+
+def main() -> None:
+    rounds = int(os.environ.get("ROUNDS", "3"))
+    names = os.environ.get("PROGRAMS", ",".join(PROGRAMS)).split(",")
+    unknown = [name for name in names if name not in PROGRAMS]
+    if unknown:
+        sys.exit(f"unknown PROGRAMS {unknown}: choose from {', '.join(PROGRAMS)}")
+    for name in names:
+        compare(name, rounds)
 
 
 if __name__ == "__main__":

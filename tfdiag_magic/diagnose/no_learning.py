@@ -33,18 +33,25 @@ how many of them were fingerprinted and how many changed, and the learning rate 
 - No weights at all (0 weights, trainable or not): the model keeps its variables as
   `tf.Variable` attributes, which Keras 3 does not track (TensorFlow's basic training loops
   guide does this). Create them with `self.add_weight(...)` or as `keras.Variable`.
-- `trainable` set after `compile`: Keras 3 reads it when the train function is made; set
-  it, then compile (again) before training.
-- A Keras 2 GAN: do not freeze the discriminator for its own training. Train it with its
-  own step, and freeze it only inside the combined model, or write a custom `train_step`
-  that applies each optimizer to its own model's variables:
+- `trainable` False when training began: Keras 3 reads it when a model's train function is
+  made, at its first training call after `compile` (not at `compile` itself); set it before
+  that call, or compile again after changing it.
+- A Keras 2 GAN: the discriminator and the combined model each read `trainable` at their
+  first training call, so set it before each model's training, in the loop: each train
+  function then keeps the weights it was made with. Or write a custom `train_step` that
+  applies each optimizer to its own model's variables (keras-io's DCGAN).
   ```python
-  discriminator.compile(optimizer="adam", loss="binary_crossentropy")
-  discriminator.trainable = False
-  gan.compile(optimizer="adam", loss="binary_crossentropy")  # frozen inside gan only
-  discriminator.trainable = True
-  discriminator.compile(optimizer="adam", loss="binary_crossentropy")  # recompile
+  for step in range(steps):
+      discriminator.trainable = True
+      discriminator.train_on_batch(images, labels)
+      discriminator.trainable = False
+      gan.train_on_batch(noise, misleading_labels)  # the generator's weights alone
   ```
+  Not Keras 2's recipe of setting `discriminator.trainable = True` and compiling the
+  discriminator again before the loop: the combined model's first call then finds the
+  discriminator trainable, and every generator step trains the discriminator too (measured
+  with Keras 3.15: the combined model trained the discriminator's weights with the
+  generator's; `tests/test_diagnose_no_learning.py`).
 - A learning rate of 0 (or a schedule that reaches 0): set a positive one.
 - Gradients that are None or zero because the loss does not depend on the weights (a
   `tf.stop_gradient`, `.numpy()` in the loss, variables outside the tape): compute the
@@ -132,9 +139,12 @@ def check(record: Record, source: str | None) -> Finding | None:
         )
     elif first.variables == 0:
         fix = (
-            "Set `trainable` before `compile` (Keras 3 reads it when the train function is made)"
-            " and compile again before training; for a Keras 2 GAN, recompile the discriminator"
-            " after setting `discriminator.trainable = True` again."
+            "Keras 3 reads `trainable` when a model's train function is made, at its first"
+            " training call after `compile`: set it before that call (or compile again after"
+            " changing it). For a Keras 2 GAN, set `discriminator.trainable = True` before the"
+            " discriminator's training and `False` before the combined model's, in the loop:"
+            " each train function keeps the weights it was made with. Not True and a new"
+            " `compile` before the loop: then every generator step trains the discriminator too."
         )
     else:
         fix = (

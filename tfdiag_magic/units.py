@@ -46,9 +46,9 @@ _DIMENSIONLESS = ("ratio", "r2", "rho", "rank_correlation", "slope")
 
 def evidence_value(key: str, value: object) -> str:
     """One evidence value for reading, in the unit its key names: ``*_bytes`` as MiB/GiB,
-    ``*_s`` (and ``*_s_per_*``) as ms/s, ``*share*`` (a fraction) as a percentage, ``*_per_s``
-    as a rate, ``*_percent`` as a percentage; counts with thousands separators. Anything else
-    (text, lists) as it is."""
+    ``*_s`` (and ``*_s_per_*``, ``s_per_*``) as ms/s, ``*share*`` (a fraction) as a
+    percentage, ``*_per_s`` as a rate, ``*_percent`` as a percentage; counts with thousands
+    separators. Anything else (text, lists) as it is."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     name = key.lower()
@@ -62,10 +62,35 @@ def evidence_value(key: str, value: object) -> str:
         return f"{value:.0f} %"
     if "share" in name:
         return f"{100 * value:.1f} %"
-    if name.endswith("_s") or "_s_per_" in name:
+    if name.endswith("_s") or "_s_per_" in name or name.startswith("s_per_"):
         return seconds(value)
     if name in _DIMENSIONLESS:
         return f"{value:.3g}"
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:,.0f}" if abs(value) >= 1000 and value == int(value) else f"{value:.4g}"
+
+
+def evidence_text(key: str, value: object) -> str:
+    """An evidence value of any shape for reading: a number in its key's unit
+    (`evidence_value`); a mapping keyed by measures (``*_s``) in their own units, by names
+    ("worker 1") in the unit of `key`; a list item by item, a record in it (a pipeline's stage,
+    a model that did not learn) as its own keys and values, empty ones left out."""
+    if isinstance(value, dict):
+        return ", ".join(
+            f"{k}: {evidence_value(str(k) if '_' in str(k) else key, v)}" for k, v in value.items()
+        )
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_item_text(key, item) for item in value)
+    return evidence_value(key, value)
+
+
+def _item_text(key: str, item: object) -> str:
+    if not isinstance(item, dict):
+        return evidence_value(key, item)
+    fields = (
+        f"{k} {evidence_value(str(k), v)}"
+        for k, v in item.items()
+        if v is not None and v != "" and v != [] and v != {}
+    )
+    return "(" + ", ".join(fields) + ")"

@@ -10,11 +10,10 @@ Every user-controlled string is escaped.
 
 from __future__ import annotations
 
-import json
 from html import escape
 from typing import Any
 
-from ..units import evidence_value
+from ..units import evidence_text
 
 SEVERITY_COLORS = {"error": "#dc2626", "warning": "#d97706", "info": "#2563eb"}
 
@@ -63,13 +62,10 @@ def _attr(js: str) -> str:
 
 
 def _value(key: str, value: Any) -> str:
-    """An evidence value in the unit its key names (`units.evidence_value`)."""
-    if isinstance(value, (int, float)):
-        return evidence_value(key, value)
-    if isinstance(value, (dict, list, tuple)):
-        text = json.dumps(value, default=str)
-        return text if len(text) <= 300 else text[:300] + "…"
-    return str(value)
+    """An evidence value in the unit its key names, as the text report shows it
+    (`units.evidence_text`), a long one cut at 300 characters."""
+    text = evidence_text(key, value)
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 def diff_html(diff: str) -> str:

@@ -9,7 +9,7 @@ import textwrap
 from typing import Any
 
 from ..report import busy_machine_note, table_note
-from ..units import evidence_value, rate, seconds, share, size
+from ..units import evidence_text, rate, seconds, share, size
 from .experiments import comparison_text, insert_cell, sweep_text
 from .ops import ops_text
 from .timeline import timeline_text
@@ -257,18 +257,7 @@ def _evidence_text(evidence: dict[str, Any]) -> str:
     for key, value in evidence.items():
         if value is None or value == [] or value == {}:
             continue
-        if isinstance(value, dict):
-            # Keyed by measures (`*_s`), in their own unit; by names ("worker 1"), in the unit
-            # of the evidence's own key.
-            value = ", ".join(
-                f"{k}: {evidence_value(str(k) if '_' in str(k) else key, v)}"
-                for k, v in value.items()
-            )
-        elif isinstance(value, list):
-            value = ", ".join(evidence_value(key, v) for v in value)
-        else:
-            value = evidence_value(key, value)
-        parts.append(f"{key} {value}")
+        parts.append(f"{key} {evidence_text(key, value)}")
     return "; ".join(parts)
 
 

@@ -373,6 +373,30 @@ def test_repeated_predict_set_up_is_a_warning_only_where_it_is_a_tenth_of_the_ru
     assert f.severity == severity
 
 
+def test_one_batch_fits_of_new_data_are_not_told_to_become_one_fit():
+    # Recorded: six fits of one batch each, on data the loop makes. The finding's fix and
+    # detail speak of `train_on_batch`, never of one `fit` with more epochs.
+    from tfdiag_magic.diagnose import repeated_keras_call
+    from tfdiag_magic.record import KerasCall, LoopInfo
+
+    source = (
+        "for i in range(6):\n"
+        "    xb, yb = make_batch(i)\n"
+        "    model.fit(xb, yb, epochs=1, verbose=0)\n"
+    )
+    record = Recorder().finish()
+    record.wall_time = 2.0
+    record.loops = [LoopInfo(id=0, lineno=1, source="for i in range(6):", iterations=6)]
+    record.keras_calls = [
+        KerasCall("fit", 0.1 + 0.3 * i, 0.25, 1, 0.01, 0, "sequential", 32.0, "numpy")
+        for i in range(6)
+    ]
+    f = repeated_keras_call.check(record, source)
+    assert f is not None and f.evidence["api"] == "fit" and f.evidence["batches_per_call"] == 1
+    assert "train_on_batch" in f.fix and "epochs=N" not in f.fix + f.detail
+    assert "    model.train_on_batch(xb, yb)\n" in f.rewrite
+
+
 def test_repeated_fit_one_epoch_at_a_time(compiled):
     result, r = profiled(
         compiled,

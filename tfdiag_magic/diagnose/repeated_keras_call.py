@@ -91,7 +91,10 @@ def check(record: Record, source: str | None) -> Finding | None:
     overhead, api, loop, calls, later = best
     # The other APIs repeated in the same loop (a replay loop's predicts and fits): named in
     # the same finding, and fixed in the same rewrite.
-    also = [group for group in found if group[2] == loop and group[1] != api]
+    also: dict[str, tuple[float, str, int, list[KerasCall], list[KerasCallGroup]]] = {}
+    for group in sorted(found, key=lambda group: -group[0]):  # each API's largest
+        if group[2] == loop and group[1] != api:
+            also.setdefault(group[1], group)
     count, total, work, batches = _totals(calls, later)
     if api == "compile":
         total = overhead + work
@@ -122,7 +125,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     if api == "compile":
         detail += " Each compile also discards the compiled train function, so the next fit"
         detail += " traces it again."
-    if api == "fit":
+    if api == "fit" and by is not train_on_batch_in_loop:
         # Measured here: one fit(epochs=1) took 0.21 s where an epoch of fit(epochs=10) took
         # 0.15 s; epoch-end work (callbacks, validation, a new pass over the data) remains.
         detail += (
@@ -131,7 +134,7 @@ def check(record: Record, source: str | None) -> Finding | None:
             " the data)."
         )
     in_all = overhead
-    for other_overhead, other_api, _, other_calls, other_later in sorted(also, reverse=True):
+    for other_overhead, other_api, _, other_calls, other_later in also.values():
         other_count, other_total, _, other_batches = _totals(other_calls, other_later)
         other_one_batch = other_batches <= other_count
         rewritten_too, other_by = _rewrite(

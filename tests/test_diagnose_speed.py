@@ -626,7 +626,14 @@ def test_no_slowdown_or_retracing_in_a_sweep_over_model_widths(tab):
     assert np.median(train[-32:]) > 1.5 * np.median(train[8:40])  # the widest is slower
     assert_silent(r, "progressive-slowdown")
     assert_silent(r, "retracing")
-    assert not problems(r), listing(r)
+    # On a busy machine the loop's ends really sleep while its autotuned iterator shuts down:
+    # plainly, beside a CPU hog, the releases of this cell's four iterators took 0.04-0.9 s
+    # (5.2-5.3 s a run), and 0-4 ms with autotuning off (3.7 s). Found there, it is right; on a
+    # quiet machine they take milliseconds. Nothing else may be found.
+    others = [f for f in problems(r) if f.code != "epoch-start-stall"]
+    assert not others, listing(r)
+    for f in problems(r):
+        assert f.evidence["stalled_loop_releases"] >= 1, listing(r)
 
 
 def test_no_slowdown_in_a_sweep_over_batch_sizes(tab):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding
-from ..record import KerasCall, Record
+from ..record import Record
 from ..rewrite import larger_batch, steps_per_execution
 from ..units import rate, seconds
 from .evidence import first_rewrite, rounded, steady_rows, training_rows, with_rewrite
@@ -75,68 +75,46 @@ def check(record: Record, source: str | None) -> Finding | None:
         "samples_per_s": rounded(samples_per_s),
         "steps": int(known.size),
     }
-    stateful = [c for c in record.keras_calls if c.api == "fit" and c.stateful_layers]
-    if stateful:
-        return _stateful(record, source, stateful[0], evidence, steps["duration"][known])
+    detail = (
+        f"Each step handled {int(batch)} sample(s) in {seconds(step)}: at this size the"
+        " step's fixed cost, not the work per sample, sets the speed."
+    )
+    fix = (
+        f"Use a larger batch (e.g. {SUGGESTED_BATCH}) and adjust the learning rate; with"
+        " short steps, also `steps_per_execution` in `compile`."
+    )
+    attempt: tuple = (larger_batch, {"batch_size": SUGGESTED_BATCH})
+    stateful = next((c for c in record.keras_calls if c.api == "fit" and c.stateful_layers), None)
+    if stateful is not None:
+        # Its batch size is the number of sequences it carries state for (sample i of a batch
+        # continues sample i of the last): a larger batch is another model, with its data
+        # arranged for it (the larger batch would not even divide the data). Several steps per
+        # call carry the state as before: the same training, faster.
+        evidence["stateful_layers"] = stateful.stateful_layers
+        where = f" (fit at line {stateful.line})" if stateful.line > 0 else ""
+        detail += (
+            f" The model{where} has {stateful.stateful_layers} stateful layer(s): its batch size"
+            " is the number of sequences it carries state for, so a larger batch would be"
+            " another model, with its data arranged for it."
+        )
+        fix = (
+            f"`model.compile(..., steps_per_execution={STATEFUL_STEPS_PER_EXECUTION})` runs"
+            " that many steps per call, the state carried from batch to batch as before: the"
+            " same training without a call's fixed cost per batch."
+        )
+        attempt = (steps_per_execution, {"steps": STATEFUL_STEPS_PER_EXECUTION})
     finding = Finding(
         code=CODE,
         severity="warning",
         title=f"Batch size {int(batch)}: {rate(samples_per_s)} samples/s at {seconds(step)} a step",
-        detail=(
-            f"Each step handled {int(batch)} sample(s) in {seconds(step)}: at this size the"
-            " step's fixed cost, not the work per sample, sets the speed."
-        ),
-        fix=f"Use a larger batch (e.g. {SUGGESTED_BATCH}) and adjust the learning rate; with"
-        " short steps, also `steps_per_execution` in `compile`.",
+        detail=detail,
+        fix=fix,
         evidence=evidence,
         impact=float(steps["duration"][known].sum()) * 0.5,
     )
-    return with_rewrite(
-        finding,
-        source,
-        first_rewrite(source, (larger_batch, {"batch_size": SUGGESTED_BATCH})),
-    )
+    return with_rewrite(finding, source, first_rewrite(source, attempt))
 
 
 # Steps per call proposed for a stateful model's batches: measured on a stateful LSTM of batch
-# 1 (`tests/test_diagnose_speed.py`'s), 32 steps a call trained the same weights.
+# 1 (`tests/test_diagnose_input.py`'s), 32 steps a call trained the same weights.
 STATEFUL_STEPS_PER_EXECUTION = 32
-
-
-def _stateful(
-    record: Record,
-    source: str | None,
-    call: KerasCall,
-    evidence: dict,
-    durations: np.ndarray,
-) -> Finding:
-    """Small batches of a model with stateful layers: its batch size is the number of
-    sequences it carries state for (sample i of a batch continues sample i of the last), so a
-    larger batch is another model and needs its data arranged for it (the rewrite's batch
-    would not even divide the data). What is the same training, faster: several steps per
-    call (`steps_per_execution`), which carries the state as before."""
-    evidence["stateful_layers"] = call.stateful_layers
-    batch, step = evidence["batch_size"], evidence["median_step_s"]
-    where = f" (fit at line {call.line})" if call.line > 0 else ""
-    finding = Finding(
-        code=CODE,
-        severity="warning",
-        title=f"Batch size {batch}: {rate(evidence['samples_per_s'])} samples/s at"
-        f" {seconds(step)} a step",
-        detail=(
-            f"Each step handled {batch} sample(s) in {seconds(step)}: at this size the step's"
-            f" fixed cost, not the work per sample, sets the speed. The model{where} has"
-            f" {call.stateful_layers} stateful layer(s): its batch size is the number of"
-            " sequences it carries state for, so a larger batch would be another model, with"
-            " its data arranged for it."
-        ),
-        fix=f"`model.compile(..., steps_per_execution={STATEFUL_STEPS_PER_EXECUTION})` runs"
-        " that many steps per call, the state carried from batch to batch as before: the same"
-        " training without a call's fixed cost per batch.",
-        evidence=evidence,
-        impact=float(durations.sum()) * 0.5,
-    )
-    rewritten = first_rewrite(
-        source, (steps_per_execution, {"steps": STATEFUL_STEPS_PER_EXECUTION})
-    )
-    return with_rewrite(finding, source, rewritten)

@@ -448,6 +448,42 @@ def test_a_replay_loops_predicts_and_one_batch_fits_are_one_finding_fixed_togeth
     assert compiled.user_ns["checksum"] == pytest.approx(plain, rel=1e-5)
 
 
+def test_a_deep_q_networks_predicts_on_its_two_models_are_counted_together(tab):
+    """Deep-Q learning with a target network: each step predicts on the online model and on
+    the target model (each built by the same function), then fits the online model. The
+    predicts on both models are one repeated API of the loop: their calls and set-up are
+    summed and both models named (one model's share alone understated both), and the rewrite
+    fixes both calls."""
+    cell = (
+        "def build():\n"
+        "    net = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32),\n"
+        "                            keras.layers.Dense(2)])\n"
+        "    net.compile(optimizer='adam', loss='mse')\n"
+        "    return net\n"
+        "online, target = build(), build()\n"
+        "target.set_weights(online.get_weights())\n"
+        "for i in range(10):\n"
+        "    state, next_state = x[i:i + 1], x[i + 1:i + 2]\n"
+        "    q = online.predict(state, verbose=0)\n"
+        "    q_next = target.predict(next_state, verbose=0)\n"
+        "    q[0, int(y[i])] = 0.9 * q_next.max()\n"
+        "    online.fit(state, q, epochs=1, verbose=0)\n"
+    )
+    result, r = profiled(tab, cell)
+    assert result.success, result.error_in_exec
+    f = the(r, "repeated-keras-call")
+    names = [tab.user_ns["online"].name, tab.user_ns["target"].name]
+    assert (f.evidence["api"], f.evidence["calls"]) == ("predict", 20), f.evidence
+    assert f.evidence["models"] == names
+    assert (f.evidence["also_api"], f.evidence["also_calls"]) == ("fit", 10)
+    assert f"20 times on 2 models (`{names[0]}`, `{names[1]}`)" in f.detail
+    # the set-up of the run counts both models' predicts and the fits
+    in_all = f.evidence["setup_s"] + f.evidence["also_setup_s"]
+    assert f.evidence["setup_share_of_run"] == pytest.approx(in_all / r.record.wall_time, abs=2e-3)
+    assert "online.predict_on_batch(state)" in f.rewrite
+    assert "target.predict_on_batch(next_state)" in f.rewrite
+
+
 def test_repeated_compile_in_a_learning_rate_loop(compiled):
     result, r = profiled(
         compiled,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ..findings import Finding
 from ..record import OTHER_CALLS, KerasCall, KerasCallGroup, Kind, Record
@@ -71,7 +72,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     for group in record.keras_call_groups:
         if group.loop >= 0 and group.built != OTHER_CALLS:
             summed[(group.api, group.loop, group.model, group.built)].append(group)
-    found: list[tuple[float, str, int, list[KerasCall], list[KerasCallGroup]]] = []
+    # The groups past the thresholds, one per API and loop: the same API on other models of
+    # the loop (a deep-Q network's `model.predict` and `target_model.predict`) adds to it.
+    found: dict[tuple[str, int], _Repeated] = {}
     for key in [*groups, *(key for key in summed if key not in groups)]:  # in call order
         api, loop = key[0], key[1]
         calls, later = groups.get(key, []), summed.get(key, [])
@@ -84,17 +87,22 @@ def check(record: Record, source: str | None) -> Finding | None:
             continue
         if api != "compile" and overhead < MIN_OVERHEAD_SHARE * total:
             continue
-        found.append((overhead, api, loop, calls, later))
+        repeated = found.setdefault((api, loop), _Repeated(api, loop))
+        repeated.overhead += overhead
+        repeated.calls += calls
+        repeated.later += later
+        repeated.models.setdefault((key[2], key[3]), None)
     if not found:
         return None
-    best = max(found, key=lambda group: group[0])
-    overhead, api, loop, calls, later = best
+    best = max(found.values(), key=lambda group: group.overhead)
+    overhead, api, loop = best.overhead, best.api, best.loop
+    calls, later = best.calls, best.later
     # The other APIs repeated in the same loop (a replay loop's predicts and fits): named in
     # the same finding, and fixed in the same rewrite.
-    also: dict[str, tuple[float, str, int, list[KerasCall], list[KerasCallGroup]]] = {}
-    for group in sorted(found, key=lambda group: -group[0]):  # each API's largest
-        if group[2] == loop and group[1] != api:
-            also.setdefault(group[1], group)
+    also = sorted(
+        (group for group in found.values() if group.loop == loop and group.api != api),
+        key=lambda group: -group.overhead,
+    )
     count, total, work, batches = _totals(calls, later)
     if api == "compile":
         total = overhead + work
@@ -116,8 +124,10 @@ def check(record: Record, source: str | None) -> Finding | None:
     one_batch = batches <= count  # every call ran one batch (or none)
     rewritten, by = _rewrite(source, lineno, [(api, one_batch)])
     fix = _fix(api, one_batch, by)
+    if len(best.models) > 1:
+        evidence["models"] = [name for name, _ in best.models]
     detail = (
-        f"`model.{api}` was called {count} times from {evidence['loop']};"
+        f"`model.{api}` was called {count} times{_on_models(best)} from {evidence['loop']};"
         f" a call took {seconds(per_call)} on average (median {seconds(median)}; the first"
         f" traces), of which {share(overhead, total)} was set-up outside its batches"
         f" ({seconds(work / count)} of batches per call on average)."
@@ -134,15 +144,16 @@ def check(record: Record, source: str | None) -> Finding | None:
             " the data)."
         )
     in_all = overhead
-    for other_overhead, other_api, _, other_calls, other_later in also.values():
-        other_count, other_total, _, other_batches = _totals(other_calls, other_later)
+    for other in also:
+        other_api, other_overhead = other.api, other.overhead
+        other_count, other_total, _, other_batches = _totals(other.calls, other.later)
         other_one_batch = other_batches <= other_count
         rewritten_too, other_by = _rewrite(
             rewritten or source, lineno, [(other_api, other_one_batch)]
         )
         rewritten = rewritten_too or rewritten
         detail += (
-            f" The same loop also calls `{other_api}` {other_count} times,"
+            f" The same loop also calls `{other_api}` {other_count} times{_on_models(other)},"
             f" {share(other_overhead, other_total)} of its time outside its batches"
             f" ({seconds(other_overhead)} in all)."
         )
@@ -169,6 +180,34 @@ def check(record: Record, source: str | None) -> Finding | None:
         impact=in_all,
     )
     return with_rewrite(finding, source, rewritten)
+
+
+@dataclass
+class _Repeated:
+    """One API repeated in one loop: its calls on each model there past the thresholds."""
+
+    api: str
+    loop: int
+    overhead: float = 0.0  # seconds of set-up, all its models'
+    calls: list[KerasCall] = field(default_factory=list)
+    later: list[KerasCallGroup] = field(default_factory=list)
+    # Its models, in call order: (name, build), as a clone keeps its model's name.
+    models: dict[tuple[str, int], None] = field(default_factory=dict)
+
+
+def _on_models(group: _Repeated) -> str:
+    """ " on 2 models (`sequential`, `sequential_1`)" where the calls were on more than one
+    (" on 2 models (named `sequential`)" where they share a name: a clone)."""
+    count = len(group.models)
+    if count < 2:
+        return ""
+    names = list(dict.fromkeys(name for name, _ in group.models))
+    listed = ", ".join(f"`{name}`" for name in names)
+    return (
+        f" on {count} models ({listed})"
+        if len(names) == count
+        else f" on {count} models (named {listed})"
+    )
 
 
 _FIXES = {

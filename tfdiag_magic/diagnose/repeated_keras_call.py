@@ -32,7 +32,8 @@ difference grows with the number of calls.
 The API, the number of calls from one loop, the median time of a call, and the time spent in
 the batches inside the calls (the work), so the set-up share is measured, not guessed. Other
 APIs the same loop repeats past the threshold (its `predict` and its `fit`) are named in the
-same finding (`also`), and the rewrite fixes each.
+same finding (`also`), and the rewrite fixes each. One API's calls on several models of the
+loop (a deep-Q network's online and target models) count together, the models named.
 
 ## Fix
 - `predict` on one batch in a loop: `model.predict_on_batch(x)` (returns NumPy too) or

@@ -361,6 +361,31 @@ def test_importing_tfdiag_magic_does_not_import_tensorflow(tmp_path):
     assert _tagged(proc.stdout, "LOADED") == ""
 
 
+def test_a_diagnosis_with_nothing_to_rewrite_does_not_import_libcst(tmp_path):
+    """libcst, which every rewrite uses, takes half a second to import: the diagnosis of a run
+    with no finding to rewrite never loads it (the rules are run on an empty record in a fresh
+    interpreter); the first rewrite called does."""
+    code = (
+        "import sys\n"
+        "from tfdiag_magic.diagnose import diagnose, rules\n"
+        "from tfdiag_magic.recorder import Recorder\n"
+        "from tfdiag_magic import rewrite\n"
+        "record = Recorder().finish()\n"
+        "record.source = 'for i in range(3):\\n    x = i\\n'\n"
+        "print('RULES=%d' % len(rules()))\n"
+        "print('FINDINGS=%d' % len(diagnose(record)))\n"
+        "print('BEFORE=%s' % ('libcst' in sys.modules))\n"
+        "rewrite.larger_batch(record.source, batch_size=64)\n"
+        "print('AFTER=%s' % ('libcst' in sys.modules))\n"
+    )
+    proc = _python("-c", code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert int(_tagged(proc.stdout, "RULES")) >= 19
+    assert _tagged(proc.stdout, "FINDINGS") == "0"
+    assert _tagged(proc.stdout, "BEFORE") == "False"
+    assert _tagged(proc.stdout, "AFTER") == "True"
+
+
 def test_step_marker_without_a_run_does_nothing_and_needs_no_tensorflow(tmp_path):
     code = NO_TENSORFLOW + textwrap.dedent(
         """

@@ -222,7 +222,7 @@ for s in (1.0, 2.0, 3.0):
 
 
 def test_a_cell_using_tf_imported_in_an_earlier_cell_is_rewritten_with_that_tf():
-    from tfdiag_magic.rewrite.common import namespace_modules
+    from tfdiag_magic.rewrite.namespace import namespace_modules
 
     cell = SCALAR_CELL.removeprefix("import tensorflow as tf\n")
     # Without knowing what `tf` is, the rewrite cannot tell tf.function from anything else.

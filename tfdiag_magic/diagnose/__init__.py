@@ -71,7 +71,7 @@ def diagnose(record: Record, on_problem: ProblemSink | None = None) -> list[Find
     (the result's "Profiler problems"), and skipped: one broken rule must not cost the user the
     rest of the diagnosis or the record.
     """
-    from ..rewrite.common import namespace_modules
+    from ..rewrite.namespace import namespace_modules
 
     findings: list[Finding] = []
     with namespace_modules(record.facts.get("namespace_modules") or {}), problems_to(on_problem):

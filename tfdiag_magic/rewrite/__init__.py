@@ -1,5 +1,8 @@
 """Rewrites of the user's own cell that fix a diagnosed problem, as libcst transforms.
 
+Each is imported at its first call (`_deferred`): the diagnosis of a run with nothing to
+rewrite does not load libcst.
+
 Each function takes the cell source and facts the diagnosis measured, and returns the whole
 rewritten cell, or None when the pattern is not there or the rewrite would not be safe.
 Comments and layout of the untouched code survive; every result is compiled before it is
@@ -24,20 +27,48 @@ lines of the source given (that line included, when there is one).
 
 from __future__ import annotations
 
-from .accumulation import gradient_accumulation
-from .batch_size import larger_batch, steps_per_execution
-from .clear_session import clear_session_in_loop
-from .common import unified_diff
-from .detach import detach_appends
-from .eager import compile_eager_step
-from .epoch_datasets import datasets_built_once
-from .keras_loops import compile_once, fit_once, predict_in_loop, train_on_batch_in_loop
-from .memory_growth import MEMORY_GROWTH_CELL, memory_growth_first
-from .mixed_precision import mixed_precision
-from .numpy_batches import numpy_batches_to_dataset
-from .pipeline import tune_input_pipeline
-from .retracing import hoist_function, input_signature, reduce_retracing, scalars_to_tensors
-from .vectorise import vectorise_element_loop
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from ..gpu.memory_growth import MEMORY_GROWTH_CELL
+
+
+def _deferred(name: str, home: str) -> Callable[..., Any]:
+    """The rewrite `name` of the module `home`, imported at its first call. Every rewrite
+    uses libcst, whose import took 0.53 s of the 0.87 s the tool added to the profile of a
+    one-line script (``python -X importtime -m tfdiag_magic profile``): a run with no finding
+    to rewrite never loads it."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(f"{__name__}.{home}"), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"`{__name__}.{home}.{name}`, its module imported at the first call."
+    return call
+
+
+gradient_accumulation = _deferred("gradient_accumulation", "accumulation")
+larger_batch = _deferred("larger_batch", "batch_size")
+steps_per_execution = _deferred("steps_per_execution", "batch_size")
+clear_session_in_loop = _deferred("clear_session_in_loop", "clear_session")
+unified_diff = _deferred("unified_diff", "common")
+detach_appends = _deferred("detach_appends", "detach")
+compile_eager_step = _deferred("compile_eager_step", "eager")
+datasets_built_once = _deferred("datasets_built_once", "epoch_datasets")
+compile_once = _deferred("compile_once", "keras_loops")
+fit_once = _deferred("fit_once", "keras_loops")
+predict_in_loop = _deferred("predict_in_loop", "keras_loops")
+train_on_batch_in_loop = _deferred("train_on_batch_in_loop", "keras_loops")
+memory_growth_first = _deferred("memory_growth_first", "memory_growth")
+mixed_precision = _deferred("mixed_precision", "mixed_precision")
+numpy_batches_to_dataset = _deferred("numpy_batches_to_dataset", "numpy_batches")
+tune_input_pipeline = _deferred("tune_input_pipeline", "pipeline")
+hoist_function = _deferred("hoist_function", "retracing")
+input_signature = _deferred("input_signature", "retracing")
+reduce_retracing = _deferred("reduce_retracing", "retracing")
+scalars_to_tensors = _deferred("scalars_to_tensors", "retracing")
+vectorise_element_loop = _deferred("vectorise_element_loop", "vectorise")
 
 __all__ = [
     "MEMORY_GROWTH_CELL",

@@ -8,8 +8,6 @@ cell only when it differs from the old one and compiles.
 from __future__ import annotations
 
 import ast
-import contextlib
-import contextvars
 import difflib
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +24,8 @@ from libcst.metadata import (
     Scope,
     ScopeProvider,
 )
+
+from .namespace import modules_bound
 
 MAGIC_PREFIX = "%%tfprofile"
 
@@ -347,23 +347,6 @@ def int_value(expr: cst.CSTNode | None) -> int | None:
 
 # --- imports and aliases --------------------------------------------------------------------
 
-# Modules the notebook bound before the cell ran (name -> module name: ``tf`` -> tensorflow).
-# A cell that uses ``tf`` imported in an earlier cell is rewritten with that ``tf``.
-_NAMESPACE_MODULES: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
-    "namespace_modules", default=None
-)
-
-
-@contextlib.contextmanager
-def namespace_modules(modules: Mapping[str, str]) -> Iterator[None]:
-    """Within the block, names the cell uses without binding them resolve through `modules`
-    (the modules bound in the user's namespace when the run started)."""
-    token = _NAMESPACE_MODULES.set(dict(modules))
-    try:
-        yield
-    finally:
-        _NAMESPACE_MODULES.reset(token)
-
 
 @dataclass
 class Aliases:
@@ -427,7 +410,7 @@ def _uses_attribute(module: cst.Module, base: str, attr: str) -> bool:
 
 
 def aliases(module: cst.Module) -> Aliases:
-    outside = _NAMESPACE_MODULES.get()
+    outside = modules_bound()
     return _aliases(module, tuple(sorted(outside.items())) if outside else ())
 
 

@@ -6,6 +6,9 @@ the articles the project grew from (slow GPU training, retracing, memory growth,
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import pytest
 
 from tfdiag_magic import rewrite
@@ -221,3 +224,19 @@ def test_memory_growth_first_always_returns_a_cell():
         assert rewrite.MEMORY_GROWTH_CELL in result
         header, _ = split_magic_line(cell)
         assert result.startswith(header)
+
+
+def test_every_rewrite_stays_callable_once_its_modules_are_imported():
+    """The package defers each rewrite's import to its first call; a module of the package
+    named as a rewrite would replace it on the package once imported (notebook 06 imports
+    `mixed_precision` after the diagnosis ran it)."""
+    modules = {info.name for info in pkgutil.iter_modules(rewrite.__path__)}
+    assert modules and not modules & set(rewrite.__all__)
+    for name in modules:
+        importlib.import_module(f"{rewrite.__name__}.{name}")
+    from tfdiag_magic.rewrite import mixed_precision, unified_diff
+
+    assert unified_diff("a\n", "b\n")
+    assert mixed_precision("x = 1\n") is None
+    for name in set(rewrite.__all__) - {"MEMORY_GROWTH_CELL"}:
+        assert callable(getattr(rewrite, name)), name

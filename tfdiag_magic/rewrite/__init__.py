@@ -38,7 +38,8 @@ def _deferred(name: str, home: str) -> Callable[..., Any]:
     """The rewrite `name` of the module `home`, imported at its first call. Every rewrite
     uses libcst, whose import took 0.53 s of the 0.87 s the tool added to the profile of a
     one-line script (``python -X importtime -m tfdiag_magic profile``): a run with no finding
-    to rewrite never loads it."""
+    to rewrite never loads it. No rewrite has its module's name: importing a submodule binds it
+    on the package under its own name, where it would stand in for the rewrite."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         return getattr(importlib.import_module(f"{__name__}.{home}"), name)(*args, **kwargs)
@@ -61,7 +62,7 @@ fit_once = _deferred("fit_once", "keras_loops")
 predict_in_loop = _deferred("predict_in_loop", "keras_loops")
 train_on_batch_in_loop = _deferred("train_on_batch_in_loop", "keras_loops")
 memory_growth_first = _deferred("memory_growth_first", "memory_growth")
-mixed_precision = _deferred("mixed_precision", "mixed_precision")
+mixed_precision = _deferred("mixed_precision", "precision")
 numpy_batches_to_dataset = _deferred("numpy_batches_to_dataset", "numpy_batches")
 tune_input_pipeline = _deferred("tune_input_pipeline", "pipeline")
 hoist_function = _deferred("hoist_function", "retracing")

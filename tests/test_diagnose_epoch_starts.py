@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from tests.diagnosis_support import assert_silent, the
@@ -263,3 +264,23 @@ def test_the_fix_for_arrays_builds_the_dataset_at_the_fits_batch_size():
     # A dataset given to fit: its own options, and no arrays to batch.
     f = epoch_start_stall.check(_fit([(0.6, 0.0, 0.0)] + [(0.3, 0.005, 0.0)] * 11), None)
     assert "for the datasets given to fit" in f.fix and "from_tensor_slices" not in f.fix
+
+
+def test_a_busy_machine_is_named_where_the_sleep_is_found_on_one():
+    """A loop's releases sleep more often beside other programs (the DOC's measurement): the
+    finding stays, true there, and says the machine was busy; a quiet run's says nothing."""
+    record = _loop_releases(40, 19, 2.4)
+    record.facts["usable_cpus"] = 2
+    # Thirty seconds; the process one CPU; other programs 0.9 of the 2 CPUs, then none.
+    record.memory = {
+        "time": np.array([0.0, 15.0, 30.0]),
+        "cpu_self": np.array([0.0, 15.0, 30.0]),
+        "cpus_busy": np.array([0.0, 28.5, 57.0]),
+    }
+    f = epoch_start_stall.check(record, None)
+    assert f is not None and f.evidence["other_programs_cpus"] == pytest.approx(0.9)
+    assert "Other programs kept 0.9 of the 2 CPUs" in f.detail, f.detail
+    record.memory["cpus_busy"] = np.array([0.0, 15.0, 30.0])  # the process alone
+    f = epoch_start_stall.check(record, None)
+    assert f is not None and "other_programs_cpus" not in f.evidence
+    assert "Other programs" not in f.detail, f.detail

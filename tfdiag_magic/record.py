@@ -263,6 +263,9 @@ class KerasCall:
     batch_size: float  # NaN when unknown
     data: str  # what the data argument was: "numpy", "tensor", "dataset", "generator", ...
     line: int = -1  # the line of the profiled code that made the call, as tracebacks count
+    # The float type Keras cast the call's pandas x and y to before slicing them ("": none).
+    x_cast: str = ""
+    y_cast: str = ""
     # The line of the profiled code's outermost frame where it is not `line`: the call made in
     # a function of the code's own (``compile_and_fit(model, window)`` calling ``model.fit``).
     caller_line: int = -1

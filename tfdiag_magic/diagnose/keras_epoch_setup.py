@@ -149,5 +149,10 @@ def check(record: Record, source: str | None) -> Finding | None:
     )
     if not set(kinds) <= {"numpy", "tensor", "pandas"}:
         return finding  # a structure of arrays (several inputs) is not sliced by the rewrite
-    facts = {"pandas": "pandas" in kinds}
+    facts: dict[str, object] = {"pandas": "pandas" in kinds}
+    for side in ("x_cast", "y_cast"):  # the float types Keras cast pandas data to
+        casts = {getattr(fit.call, side) for fit in fits}
+        if len(casts) > 1:
+            return finding  # fits whose data Keras casts unlike: no one rewrite matches them
+        facts[side] = casts.pop()
     return with_rewrite(finding, source, first_rewrite(source, (datasets_built_once, facts)))

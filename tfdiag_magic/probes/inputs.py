@@ -109,6 +109,29 @@ def data_kind(data: Any) -> str:
     return name
 
 
+def keras_float_cast(data: Any) -> str:
+    """The float type Keras casts `data` to before it slices it, where `data` is a pandas frame
+    or series that Keras casts ("" otherwise): a frame holding a float column of another width
+    than Keras' float type is cast whole, its int and bool columns included, and a series of such
+    floats (`array_slicing.convert_to_sliceable`). Read once per call, never per step."""
+    if not (type(data).__module__ or "").startswith("pandas"):
+        return ""
+    try:
+        from keras.src import backend
+
+        floatx = backend.floatx()
+        dtypes = list(data.dtypes.values) if hasattr(data, "columns") else [data.dtype]
+        casts = any(
+            dtype is not object
+            and backend.is_float_dtype(dtype)
+            and backend.standardize_dtype(dtype) != floatx
+            for dtype in dtypes
+        )
+    except Exception:  # another Keras, or a dtype it cannot name: nothing known
+        return ""
+    return floatx if casts else ""
+
+
 def batch_size_of(data: Any, kwargs: dict[str, Any]) -> float:
     """Batch size Keras will use for `data`: the argument, the default 32 for arrays, or the
     dataset's static batch dimension."""

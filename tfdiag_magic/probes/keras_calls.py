@@ -27,7 +27,7 @@ from ..recorder import Recorder, StepMark
 from .cpu_wait import this_thread_times
 from .dataset_structure import note_dataset
 from .input_meter import InputWaitMeter
-from .inputs import batch_size_of, data_kind, inspect_inputs
+from .inputs import batch_size_of, data_kind, inspect_inputs, keras_float_cast
 from .patching import Patcher, defining_class, wraps_exactly
 
 _DRIVERS = ("fit", "evaluate", "predict")
@@ -357,9 +357,11 @@ class KerasProbe:
         data: Any,
         timer: GeneratorTimer | ItemTimer | None = None,
         meter: InputWaitMeter | None = None,
+        casts: tuple[str, str] = ("", ""),
     ) -> None:
         """Give `rec` the top-level Keras call `api` of `model` that began at `start` (steps
-        since `mark`), now that it ended, with what `timer` and `meter` measured of its data."""
+        since `mark`), now that it ended, with what `timer` and `meter` measured of its data
+        and the float types Keras cast its pandas x and y to (`casts`)."""
         end = perf_counter()
         layers = matmul = stateful = 0
         if api == "fit":
@@ -386,6 +388,8 @@ class KerasProbe:
                 line=line,
                 caller_line=outermost if outermost != line else -1,
                 data=data_kind(data) if api != "compile" else "",
+                x_cast=casts[0],
+                y_cast=casts[1],
                 dense_layers=matmul,
                 layers=layers,
                 stateful_layers=stateful,
@@ -440,6 +444,8 @@ class KerasProbe:
             if top:
                 rec.keras_epoch = -1
                 data = args[0] if args else kwargs.get("x")
+                labels = args[1] if len(args) > 1 else kwargs.get("y")
+                casts = (keras_float_cast(data), keras_float_cast(labels))
                 rec.keras_batch = batch_size_of(data, kwargs)
                 note_dataset(rec, data, name)  # what a tf.data pipeline is made of
                 mark, start = rec.step_mark(), perf_counter()
@@ -489,7 +495,7 @@ class KerasProbe:
                             probe._fit_tail = probe._fit_end = None
                             _count_training(rec, self, mark)
                             rec.fit_done(self)
-                        probe.add_call(rec, name, self, start, mark, data, timer, meter)
+                        probe.add_call(rec, name, self, start, mark, data, timer, meter, casts)
                         probe._untime_callbacks()
                         rec.fit_callbacks = None
                 rec.driver_eager, rec.keras_epoch, probe._open, rec.keras_batch = saved

@@ -13,10 +13,13 @@ its end. The rewrite builds both once, before the call, as Keras would split and
 
 ``validation_data=(x_val, y_val)`` becomes a dataset the same way; ``shuffle=False`` drops the
 shuffle (Keras shuffles the whole training part each epoch; a buffer of its size does too).
-pandas data goes through ``np.asarray`` first. Limits: ``x`` and ``y`` must be names,
-attributes or subscripts (each is read twice: the slices), passed as the first two arguments or
-as ``x=``/``y=``; a call with other arguments (``sample_weight``, ``class_weight``,
-``steps_per_epoch``...), ``**kwargs``, or a ``shuffle`` that is not a literal is left alone.
+pandas data goes through ``np.asarray`` first, with the float type Keras casts it to where it
+casts it (a frame with a float64 column is cast whole, its bool columns from `pd.get_dummies`
+included: as an array of mixed columns it is one of Python objects, which tf.data refuses).
+Limits: ``x`` and ``y`` must be names, attributes or subscripts (each is read twice: the
+slices), passed as the first two arguments or as ``x=``/``y=``; a call with other arguments
+(``sample_weight``, ``class_weight``, ``steps_per_epoch``...), ``**kwargs``, or a ``shuffle``
+that is not a literal is left alone.
 """
 
 from __future__ import annotations
@@ -53,9 +56,13 @@ COMMENT = (
 )
 
 
-def datasets_built_once(source: str, *, pandas: bool = False) -> str | None:
+def datasets_built_once(
+    source: str, *, pandas: bool = False, x_cast: str = "", y_cast: str = ""
+) -> str | None:
     """Every ``fit(x, y, ...)`` of the cell on arrays gets its datasets built before it (see
-    the module's docstring); `pandas`: the data was a pandas frame or series."""
+    the module's docstring); `pandas`: the data was a pandas frame or series, which Keras cast
+    to the float types `x_cast` and `y_cast` ("": kept as it was)."""
+    casts = (x_cast, y_cast)
 
     def transform(cell: Cell) -> cst.Module | None:
         module = cell.module
@@ -77,7 +84,7 @@ def datasets_built_once(source: str, *, pandas: bool = False) -> str | None:
             call = smalls[0].value
             if method_name(call) != "fit":
                 continue
-            plan = _plan(call, tf_name, np_name, taken)
+            plan = _plan(call, tf_name, np_name, casts, taken)
             if plan is None:
                 continue
             new_call, code = plan
@@ -105,8 +112,13 @@ def _fresh(taken: set[str], base: str) -> str:
     return name
 
 
+def _as_array(np_name: str, code: str, cast: str) -> str:
+    """`code` as a NumPy array, of the float type `cast` where Keras casts it."""
+    return f'{np_name}.asarray({code}, dtype="{cast}")' if cast else f"{np_name}.asarray({code})"
+
+
 def _plan(
-    call: cst.Call, tf_name: str, np_name: str | None, taken: set[str]
+    call: cst.Call, tf_name: str, np_name: str | None, casts: tuple[str, str], taken: set[str]
 ) -> tuple[cst.Call, str] | None:
     """The new call and the code that builds its datasets, or None when the call is not one
     the rewrite handles."""
@@ -134,7 +146,9 @@ def _plan(
     lines = []
     if np_name is not None:  # pandas: its arrays, once
         arrays = _fresh(taken, "features"), _fresh(taken, "labels")
-        lines.append(f"{arrays[0]}, {arrays[1]} = {np_name}.asarray({x}), {np_name}.asarray({y})")
+        pairs = zip((x, y), casts, strict=True)
+        as_arrays = (_as_array(np_name, code, cast) for code, cast in pairs)
+        lines.append(f"{arrays[0]}, {arrays[1]} = {', '.join(as_arrays)}")
         x, y = arrays
     batch = keywords.get("batch_size")
     batch_code = code_of(batch.value) if batch is not None else "32"
@@ -161,7 +175,8 @@ def _plan(
                 return None  # Keras ignores validation_split then; leave the call as it is
             xv, yv = (code_of(e.value) for e in value.elements)
             if np_name is not None:
-                xv, yv = f"{np_name}.asarray({xv})", f"{np_name}.asarray({yv})"
+                pairs = zip((xv, yv), casts, strict=True)
+                xv, yv = (_as_array(np_name, code, cast) for code, cast in pairs)
             val_code = f"({xv}, {yv})"
     shuffled = f"\n    .shuffle({count})" if shuffle else ""
     lines.append(

@@ -306,6 +306,44 @@ def test_eager_step_run_functions_eagerly_left_on(functions_eagerly_reset):
     assert "run_functions_eagerly(True)" in f.evidence["cause"]
 
 
+def test_eager_step_where_an_eager_loop_and_a_compiled_fit_train_as_many_steps(tab):
+    # keras-io's subclassing guide trains its VAE in a custom loop, eagerly, then with `fit`:
+    # half the training steps each, the eager ones most of the time (48 s of 57 there).
+    result, r = profiled(
+        tab,
+        step_body("eager_step") + "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)\n"
+        "for epoch in range(2):\n"
+        "    for xb, yb in ds:\n"
+        "        eager_step(xb, yb)\n"
+        "model.compile(optimizer=optimizer, loss=loss_fn)\n"
+        "model.fit(x, y, batch_size=16, epochs=2, verbose=0)\n",
+    )
+    assert result.success
+    f = the(r, "eager-step")
+    ev = f.evidence
+    assert ev["eager_steps"] == 256 and ev["training_steps"] == 512, ev
+    assert ev["eager_steps_s"] >= 0.5 * ev["training_steps_s"], ev
+    assert ev["median_compiled_step_s"] < ev["median_eager_step_s"], ev
+    assert "The eager steps took" in f.detail
+
+
+def test_no_eager_step_for_debugging_steps_before_longer_compiled_training(tab):
+    # Twenty steps run eagerly to print their losses, then the compiled step trains: the
+    # eager steps are a sixth of the training steps, whatever their time.
+    result, r = profiled(
+        tab,
+        step_body("debug_step") + "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)\n"
+        "for xb, yb in ds.take(20):\n"
+        "    print(float(debug_step(xb, yb)))\n"
+        "train_step(x[:16], y[:16])  # traced before the loop\n"
+        "for xb, yb in ds:\n"
+        "    train_step(xb, yb)\n",
+    )
+    assert result.success
+    assert r.record.phase_total("eager", "train") == 20
+    assert_silent(r, "eager-step")
+
+
 def test_no_eager_step_for_one_debugging_step_before_compiled_training(tab):
     result, r = profiled(
         tab,

@@ -66,24 +66,31 @@ def test_short_epochs_of_a_small_table_are_found(tab):
     assert after.setup < 0.7 * before.setup, (after, before)
 
 
+def _pandas_fit(tab, data: str):
+    """The run of the tabular fit on `frame` and `labels`, which `data` makes from `x` and `y`,
+    and its fit's Keras call."""
+    result, r = profiled(
+        tab,
+        "import pandas as pd\nx, y = table(314)\n" + data + "model = regressor()\n"
+        "history = model.fit(frame, labels, validation_split=0.2, verbose=0, epochs=40)\n",
+    )
+    assert result.success
+    (call,) = (c for c in r.record.keras_calls if c.api == "fit")
+    return r, call
+
+
 def test_the_rewrite_of_a_pandas_fit_casts_as_keras_does(tab):
     # TensorFlow's "Basic regression" tutorial: a frame of float64 columns and the bool columns
     # of `pd.get_dummies`, float64 labels. Keras casts the frame whole to float32; as a plain
     # array it is one of Python objects, which `from_tensor_slices` refuses ("Unsupported
     # object type int"): the rewrite crashed there before it cast as Keras does.
-    result, r = profiled(
+    r, call = _pandas_fit(
         tab,
-        "import pandas as pd\n"
-        "x, y = table(314)\n"
         "frame = pd.DataFrame(x[:, :6].astype('float64'), columns=list('abcdef'))\n"
         "frame['origin'] = rng.choice(['Europe', 'Japan', 'USA'], size=314)\n"
         "frame = pd.get_dummies(frame, columns=['origin'], prefix='', prefix_sep='')\n"
-        "labels = pd.Series(y[:, 0].astype('float64'))\n"
-        "model = regressor()\n"
-        "history = model.fit(frame, labels, validation_split=0.2, verbose=0, epochs=40)\n",
+        "labels = pd.Series(y[:, 0].astype('float64'))\n",
     )
-    assert result.success
-    (call,) = (c for c in r.record.keras_calls if c.api == "fit")
     assert (call.x_cast, call.y_cast) == ("float32", "float32")
     f = the(r, "keras-epoch-setup")
     assert f.evidence["data"] == ["pandas"]
@@ -96,17 +103,9 @@ def test_the_rewrite_of_a_pandas_fit_casts_as_keras_does(tab):
 
 def test_a_frame_keras_does_not_cast_is_read_as_it_is(tab):
     # Float32 columns and int labels: Keras casts nothing, and neither does the rewrite.
-    result, r = profiled(
-        tab,
-        "import pandas as pd\n"
-        "x, y = table(314)\n"
-        "frame = pd.DataFrame(x)\n"
-        "labels = pd.Series((y[:, 0] > 0).astype('int64'))\n"
-        "model = regressor()\n"
-        "history = model.fit(frame, labels, validation_split=0.2, verbose=0, epochs=40)\n",
+    r, call = _pandas_fit(
+        tab, "frame = pd.DataFrame(x)\nlabels = pd.Series((y[:, 0] > 0).astype('int64'))\n"
     )
-    assert result.success
-    (call,) = (c for c in r.record.keras_calls if c.api == "fit")
     assert (call.x_cast, call.y_cast) == ("", "")
     f = the(r, "keras-epoch-setup")
     assert "np.asarray(frame), np.asarray(labels)" in f.rewrite, f.rewrite

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from tfdiag_magic.diagnose.machine_load import machine_during_run
 from tfdiag_magic.findings import Finding
 from tfdiag_magic.record import Kind, Phase, Record
 from tfdiag_magic.recorder import Recorder
@@ -81,8 +82,38 @@ def problems(r) -> list[Finding]:
 
 
 def assert_healthy(result, r) -> None:
+    """The cell ran and nothing warns, but for a busy machine's stalled releases of the cell's
+    own loops' iterators (`stalled_releases_on_a_busy_machine`)."""
     assert result.success, result.error_in_exec
-    assert not problems(r), f"false alarm on healthy code:\n{listing(r)}"
+    machine = machine_during_run(r.record)
+    busy = bool(machine and machine["busy"])
+    found = [
+        f
+        for f in problems(r)
+        if not (
+            f.code == "epoch-start-stall" and stalled_releases_on_a_busy_machine(f.evidence, busy)
+        )
+    ]
+    assert not found, f"false alarm on healthy code:\n{listing(r)}"
+
+
+def stalled_releases_on_a_busy_machine(evidence: dict, busy: bool) -> bool:
+    """Whether an `epoch-start-stall` rests on the code's own loops' iterator releases alone, on
+    a machine the report calls busy: a true finding there, on code healthy on a quiet machine.
+    How often a release sleeps depends on the load (the rule's DOC: a loop of 60 epochs slept
+    at 3-4 of its ends quiet, 21-32 beside a CPU hog). Measured plainly, without the tool, on
+    the 2-vCPU VM beside a CPU hog and two TensorFlow trainings: the end of
+    `tf_quickstart_advanced`'s training loop took 1.05 s, 2.37 s, 0.29 s and 0.12 s in some
+    epochs of four runs, with 0.6 ms on a CPU (0.8-86 ms quiet); a GAN's loop of 10 epochs in
+    the suite beside a hog slept at 7 of its 10 ends, 0.39 s each, 42% of its run. On a quiet
+    machine the finding still fails the test."""
+    return (
+        busy
+        and evidence.get("stalled_loop_releases", 0) >= 1
+        and not evidence.get("stalled_epoch_starts")
+        and not evidence.get("stalled_validation_starts")
+        and not evidence.get("stalled_fit_ends")
+    )
 
 
 def assert_silent(r, code: str) -> None:

@@ -200,7 +200,8 @@ dataset = tf.data.Dataset.from_tensor_slices(all_digits)
 dataset = dataset.shuffle(buffer_size=1024).batch(batch_size)
 
 epochs = 1
-save_dir = tempfile.mkdtemp(prefix="corpus-gan-")
+# In the working folder: the test's own temporary one, removed after the run.
+save_dir = tempfile.mkdtemp(prefix="corpus-gan-", dir=os.getcwd())
 for epoch in range(epochs):
     print(f"\nStart epoch {epoch}")
     for step, real_images in enumerate(dataset):

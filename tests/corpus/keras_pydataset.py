@@ -37,7 +37,8 @@ def resize(image, output_shape):
     return np.asarray(resized, dtype="float64") / 255.0
 
 
-image_dir = tempfile.mkdtemp(prefix="corpus-pydataset-")
+# In the working folder: the test's own temporary one, removed after the run.
+image_dir = tempfile.mkdtemp(prefix="corpus-pydataset-", dir=os.getcwd())
 x_set = []
 for i in range(192):
     path = os.path.join(image_dir, f"{i}.png")

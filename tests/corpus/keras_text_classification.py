@@ -29,7 +29,8 @@ from keras import layers
 keras.utils.set_random_seed(1337)
 rng = np.random.default_rng(1337)
 
-data_root = tempfile.mkdtemp(prefix="corpus-imdb-")
+# In the working folder: the test's own temporary one, removed after the run.
+data_root = tempfile.mkdtemp(prefix="corpus-imdb-", dir=os.getcwd())
 words = [f"word{i}" for i in range(3000)] + ["great", "awful", "movie", "film", "plot"]
 for split, count in (("train", 160), ("test", 64)):
     for label in ("neg", "pos"):

@@ -153,7 +153,9 @@ def test_the_same_training_written_five_ways_gets_the_same_diagnosis(tmp_path, w
     if slow:
         assert "input-bound" in codes["top level"], summary
         shares = [steady for _, _, steady in waits.values()]
-        assert min(shares) >= 0.6 and max(shares) - min(shares) <= 0.10, summary
+        # The typical step's share moves with one step's wake-up: on three test workers on the
+        # 2-vCPU Xeon (quiet otherwise) one way read 0.855 against the others' 0.91-0.97.
+        assert min(shares) >= 0.6 and max(shares) - min(shares) <= 0.15, summary
         # A way that missed the waits of one epoch in three would read a third less. Each of the
         # 48 waits ends in a wake-up that may wait for a CPU: beside CI's other worker on a
         # 2-vCPU AMD EPYC, one way read 2.57 s against the others' 2.33-2.45 s (1.10×).

@@ -32,7 +32,10 @@ def test_a_slow_read_is_made_once_per_hundred_times_its_cost():
     assert summary["reads"] == reader.reads and summary["seconds"] >= 0.004 * reader.reads
 
 
-def test_a_fast_read_is_never_skipped():
+def test_a_fast_read_is_hardly_ever_skipped():
+    """A read of a microsecond sets the next one 0.1 ms later, sooner than the next call: none
+    is skipped, but where the two last reads both lost their CPU to a neighbour (the smaller
+    of them sets the pace). On three test workers on 2 CPUs, 4 of 90 calls were skipped once."""
     reader = PacedReader(lambda: 3, -1)
     _call_for(reader, 0.2, 0.002)
-    assert reader.skipped == 0 and reader.reads >= 20, reader.summary()
+    assert reader.reads >= 20 and reader.skipped <= 0.1 * reader.reads, reader.summary()

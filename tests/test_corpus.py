@@ -63,9 +63,9 @@ class CorpusRun:
         return {f["code"] for f in self.report["findings"]}
 
     def assert_findings(self, *expected: str) -> None:
-        """The findings are exactly `expected`, but for a busy machine's stalled releases of
-        the program's own loops' iterators (`_busy_loop_releases`); on failure, each one's
-        title and evidence."""
+        """The findings are exactly `expected`, but for a busy machine's stalled iterator
+        releases at the ends of the program's loops and fits (`_busy_loop_releases`); on
+        failure, each one's title and evidence."""
         shown = "\n".join(
             f"  [{f['severity']}] {f['code']}: {f['title']}\n    evidence: {f['evidence']}"
             for f in self.report["findings"]
@@ -76,8 +76,8 @@ class CorpusRun:
         assert codes == set(expected), f"{self.name}: findings\n{shown}"
 
     def _busy_loop_releases(self) -> bool:
-        """An `epoch-start-stall` that rests on the program's own loops' iterator releases
-        alone, on a machine the report calls busy: a true finding there
+        """An `epoch-start-stall` that rests on the ends alone (of the program's own loops, of
+        its fits), on a machine the report calls busy: a true finding there
         (`stalled_releases_on_a_busy_machine`; the profiled `tf_quickstart_advanced` found
         1.0-1.6 s (median) in 3 of 6 runs beside a CPU hog and two trainings, and once in the
         suite beside one CPU hog and the other workers)."""

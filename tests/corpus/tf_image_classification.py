@@ -30,11 +30,9 @@ from tensorflow.keras.models import Sequential
 tf.keras.utils.set_random_seed(1337)
 rng = np.random.default_rng(1337)
 
-data_dir = (
-    # In the working folder: the test's own temporary one, removed after the run.
-    pathlib.Path(tempfile.mkdtemp(prefix="corpus-flowers-", dir=pathlib.Path.cwd()))
-    / "flower_photos"
-)
+# In the working folder: the test's own temporary one, removed after the run.
+data_root = tempfile.mkdtemp(prefix="corpus-flowers-", dir=pathlib.Path.cwd())
+data_dir = pathlib.Path(data_root) / "flower_photos"
 for name in ("daisy", "dandelion", "roses", "sunflowers", "tulips"):
     (data_dir / name).mkdir(parents=True)
     for i in range(20):

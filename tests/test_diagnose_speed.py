@@ -253,15 +253,34 @@ def test_eager_step_gradient_tape_loop_without_tf_function(tab):
     assert f.rewrite is not None and "`@tf.function` on the step function" in f.fix
 
 
-def test_eager_step_written_inline_in_its_loop_is_told_how_to_compile_it(tab):
-    # No step function to decorate: the update is the loop's own body (as in an episode of
-    # reinforcement learning, whose environment calls cannot run in a graph).
+def test_eager_step_written_inline_in_its_loop_is_rewritten_as_one_function(tab):
+    # No step function to decorate: the update is the loop's own body. The rewrite moves it
+    # into one (`compile_inline_step`).
     result, r = profiled(
         tab,
         "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)\n"
         "for xb, yb in ds:\n"
         "    with tf.GradientTape() as tape:\n"
         "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
+    )
+    assert result.success
+    f = the(r, "eager-step")
+    assert f.rewrite is not None and "def train_step(xb, yb):" in f.rewrite
+    assert "    train_step(xb, yb)\n" in f.rewrite
+
+
+def test_eager_step_inline_with_work_no_graph_can_run_is_told_how_to_compile_it(tab):
+    # As in an episode of reinforcement learning, whose environment calls cannot run in a
+    # graph: here NumPy inside the tape. No rewrite; the fix says what to compile.
+    result, r = profiled(
+        tab,
+        "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)\n"
+        "for xb, yb in ds:\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        weight = np.float32(np.sqrt(2.0))\n"
+        "        loss = loss_fn(yb, model(xb, training=True)) * weight\n"
         "    grads = tape.gradient(loss, model.trainable_variables)\n"
         "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n",
     )

@@ -174,6 +174,7 @@ def _cells() -> list[str]:
 REWRITES = {
     "numpy_batches_to_dataset": {},
     "compile_eager_step": {},
+    "compile_inline_step": {},
     "scalars_to_tensors": {"function": "train_step", "arguments": [0, "y"]},
     "reduce_retracing": {"function": "train_step"},
     "input_signature": {"function": "train_step", "specs": ["tf.TensorSpec(None, tf.float32)"]},

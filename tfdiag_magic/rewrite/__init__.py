@@ -12,6 +12,7 @@ lines of the source given (that line included, when there is one).
 - numpy_batches_to_dataset: hand-sliced NumPy batches -> tf.data pipeline (fit or own loop)
 - datasets_built_once: fit on arrays -> tf.data datasets built once (short epochs)
 - compile_eager_step: @tf.function on eager training steps; eager switches removed
+- compile_inline_step: an eager step written inline in a loop -> one @tf.function
 - scalars_to_tensors / reduce_retracing / input_signature / hoist_function: retracing
 - predict_in_loop / compile_once / fit_once / train_on_batch_in_loop: Keras calls repeated
   in loops
@@ -56,6 +57,7 @@ clear_session_in_loop = _deferred("clear_session_in_loop", "clear_session")
 unified_diff = _deferred("unified_diff", "common")
 detach_appends = _deferred("detach_appends", "detach")
 compile_eager_step = _deferred("compile_eager_step", "eager")
+compile_inline_step = _deferred("compile_inline_step", "inline_step")
 datasets_built_once = _deferred("datasets_built_once", "epoch_datasets")
 compile_once = _deferred("compile_once", "keras_loops")
 fit_once = _deferred("fit_once", "keras_loops")
@@ -75,6 +77,7 @@ __all__ = [
     "MEMORY_GROWTH_CELL",
     "clear_session_in_loop",
     "compile_eager_step",
+    "compile_inline_step",
     "compile_once",
     "datasets_built_once",
     "detach_appends",

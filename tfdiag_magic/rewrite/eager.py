@@ -16,6 +16,8 @@ layers, models or optimizers, ``global``/``nonlocal``, ``yield``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -73,7 +75,13 @@ _UNSAFE = (
 
 
 def _graph_safe(names: Aliases, func: cst.FunctionDef) -> bool:
-    for node in walk_skipping_defs(func):
+    return graph_safe_nodes(names, walk_skipping_defs(func))
+
+
+def graph_safe_nodes(names: Aliases, nodes: Iterable[cst.CSTNode]) -> bool:
+    """Whether none of `nodes` does what behaves differently or fails inside a graph (the
+    module's docstring lists it)."""
+    for node in nodes:
         if m.matches(node, _UNSAFE):
             return False
         if isinstance(node, cst.Call):

@@ -82,7 +82,7 @@ def _rewrite(cell: Cell) -> cst.Module | None:
         return None
     for outermost, new in definitions.items():
         edits[outermost] = lambda node, new=new: cst.FlattenSentinel(
-            [*new, node.with_changes(leading_lines=[cst.EmptyLine()])]
+            [*new, node.with_changes(leading_lines=[cst.EmptyLine(indent=False)])]
         )
     edited = replace(module, edits)
     return add_import(edited, "tensorflow", tf) if missing_import else edited
@@ -163,7 +163,8 @@ def _move(
     run_block = cst.IndentedBlock(body=run)
     reads, binds = loaded_names(run_block), stored_names(run_block)
     loops = [loop, *enclosing_loops(cell, loop)]
-    given = [*_batch_names(loop), *_tensors_made_before(names, loop, run[0])]
+    batch = _batch_names(loop)
+    given = [*batch, *_tensors_made_before(names, loop, run[0], batch)]
     params = [name for name in dict.fromkeys(given) if name in reads]
     if not _bound_before_read(run, (reads & binds) - set(params)):
         return None  # a value carried from one step to the next (``total = total + loss``)
@@ -193,7 +194,7 @@ def _move(
         params=cst.Parameters(params=[cst.Param(cst.Name(p)) for p in params]),
         body=cst.IndentedBlock(body=statements),
         decorators=[cst.Decorator(decorator=cst.parse_expression(f"{tf}.function"))],
-        leading_lines=[cst.EmptyLine()],
+        leading_lines=[cst.EmptyLine(indent=False)],
     )
     new_call = cst.parse_statement(f"{result} = {call}" if returns else call)
     blank = [line for line in head.leading_lines if line.comment is None][:1]
@@ -284,21 +285,34 @@ def _batch_names(loop: cst.For) -> list[str]:
     return [n.value for n in m.findall(target, m.Name())]
 
 
-def _tensors_made_before(names: Aliases, loop: cst.For, head: cst.BaseStatement) -> list[str]:
-    """Names the loop's body binds before the step to what a TensorFlow function returns
-    (``noise = tf.random.normal(...)``): tensors, which the step may take as arguments."""
-    made = []
+def _tensors_made_before(
+    names: Aliases, loop: cst.For, head: cst.BaseStatement, batch: list[str]
+) -> list[str]:
+    """Names the loop's body binds, before the step, to tensors the step may take as
+    arguments: what a TensorFlow function returns (``noise = tf.random.normal(...)``), the
+    parts of the batch (``x, y = batch``, ``images = batch["image"]``), the next batch of an
+    iterator (``x, y = next(iterator)``)."""
+    made: list[str] = []
     for statement in loop_body(loop):
         if statement is head:
             break
         for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
-            if (
-                isinstance(small, cst.Assign)
-                and isinstance(small.value, cst.Call)
-                and (names.qualify(dotted(small.value.func)) or "").startswith("tensorflow.")
-            ):
+            if isinstance(small, cst.Assign) and _a_tensor(names, small.value, [*batch, *made]):
                 made += [n.value for t in small.targets for n in m.findall(t.target, m.Name())]
     return made
+
+
+def _a_tensor(names: Aliases, value: cst.BaseExpression, batch: list[str]) -> bool:
+    if isinstance(value, cst.Tuple):
+        return all(_a_tensor(names, e.value, batch) for e in value.elements)
+    if isinstance(value, cst.Subscript):
+        value = value.value
+    if isinstance(value, cst.Name):
+        return value.value in batch
+    if isinstance(value, cst.Call):
+        called = dotted(value.func)
+        return called == "next" or (names.qualify(called) or "").startswith("tensorflow.")
+    return False
 
 
 def _leaves(run: list[cst.BaseStatement]) -> list[cst.CSTNode]:

@@ -14,6 +14,10 @@ checksum of the final weights: a rewrite that keeps the training must train the 
   ``predict_on_batch``, ``train_on_batch``).
 - ``stateful``: a stateful LSTM of batch 1 fitted four times, its states reset between, as
   time-series tutorials write it (`small-batch`: ``steps_per_execution``).
+- ``walkthrough``: TensorFlow's "Custom training: walkthrough" tutorial's training, its code as
+  written, on synthetic data of the penguins' shapes: a ``grad`` function, the update and the
+  metrics inline in the loop, 201 epochs of 9 batches (`eager-step`: the inline step becomes
+  one ``tf.function``).
 """
 
 from __future__ import annotations
@@ -126,8 +130,59 @@ for i in range(4):
 print("checksum", float(sum(abs(w).sum() for w in model.get_weights())))
 """
 
+WALKTHROUGH = """\
+import numpy as np
+import tensorflow as tf
+
+tf.keras.utils.set_random_seed(0)
+rng = np.random.RandomState(0)
+labels = rng.randint(0, 3, size=334).astype(np.int64)
+centers = np.array([[0.3, 0.6, 0.35, 0.3], [0.35, 0.65, 0.7, 0.35], [0.7, 0.25, 0.6, 0.75]])
+features = (centers[labels] + 0.08 * rng.randn(334, 4)).clip(0, 1).astype(np.float32)
+ds_train_batch = tf.data.Dataset.from_tensor_slices((features, labels)).skip(66).batch(32)
+
+model = tf.keras.Sequential([
+  tf.keras.Input((4,)),
+  tf.keras.layers.Dense(10, activation=tf.nn.relu),
+  tf.keras.layers.Dense(10, activation=tf.nn.relu),
+  tf.keras.layers.Dense(3)
+])
+loss_object = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+def loss(model, x, y, training):
+  y_ = model(x, training=training)
+  return loss_object(y_true=y, y_pred=y_)
+
+def grad(model, inputs, targets):
+  with tf.GradientTape() as tape:
+    loss_value = loss(model, inputs, targets, training=True)
+  return loss_value, tape.gradient(loss_value, model.trainable_variables)
+
+optimizer = tf.keras.optimizers.SGD(learning_rate=0.01)
+train_loss_results = []
+train_accuracy_results = []
+num_epochs = 201
+for epoch in range(num_epochs):
+  epoch_loss_avg = tf.keras.metrics.Mean()
+  epoch_accuracy = tf.keras.metrics.SparseCategoricalAccuracy()
+  for x, y in ds_train_batch:
+    # Optimize the model
+    loss_value, grads = grad(model, x, y)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    # Track progress
+    epoch_loss_avg.update_state(loss_value)  # Add current batch loss
+    epoch_accuracy.update_state(y, model(x, training=True))
+  train_loss_results.append(epoch_loss_avg.result())
+  train_accuracy_results.append(epoch_accuracy.result())
+print("checksum", float(sum(abs(w).sum() for w in model.get_weights())))
+"""
+
 # name: (program, the finding whose rewrite is run)
-PROGRAMS = {"replay": (REPLAY, "repeated-keras-call"), "stateful": (STATEFUL, "small-batch")}
+PROGRAMS = {
+    "replay": (REPLAY, "repeated-keras-call"),
+    "stateful": (STATEFUL, "small-batch"),
+    "walkthrough": (WALKTHROUGH, "eager-step"),
+}
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 

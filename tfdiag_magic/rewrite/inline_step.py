@@ -10,6 +10,12 @@ optimizer update of the loop's body move, unchanged, into ``@tf.function def tra
 defined once before the outermost loop; the loop calls it with the batch, and gets back the
 names that code after the step reads (its loss, its logits for a metric).
 
+The compiled step trains the same weights as the eager one, to rounding, unless it draws
+random numbers with TensorFlow's stateful random ops inside the step (``tf.random.normal``,
+``tf.nn.dropout``; Keras 3's layers draw from seed variables, alike in both): a graph's random
+ops take other seeds than eager ones, so their draws differ (a GAN's noise drawn in the loop before
+the step is passed in, and stays the same).
+
 Limits, where the rewrite is not safe (None): the step reads a name the loop's body or an
 outer loop binds other than the loop's own batch (a learning rate per epoch, a step counter:
 Python values a graph would freeze or retrace on), the index of ``enumerate``, or a loop over
@@ -261,7 +267,8 @@ def _run_graph_safe(
         node = pending.pop()
         if not graph_safe_nodes(names, walk_skipping_defs(node)):
             return False
-        if node in run and any(m.matches(n, _LEAVES) for n in walk_skipping_defs(node)):
+        top = any(node is statement for statement in run)
+        if top and any(m.matches(n, _LEAVES) for n in walk_skipping_defs(node)):
             return False
         for call in walk_skipping_defs(node):
             if isinstance(call, cst.Call) and isinstance(call.func, cst.Name):

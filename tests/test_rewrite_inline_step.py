@@ -121,6 +121,12 @@ history = train(model, records, 3)
 """
 )
 
+# Keras 3's Dropout draws from a seed variable: the compiled step draws as the eager one.
+DROPOUT_CELL = KERAS_IO_CELL.replace(
+    "keras.layers.Dense(8), keras.layers.Dense(2)",
+    "keras.layers.Dense(8), keras.layers.Dropout(0.5), keras.layers.Dense(2)",
+)
+
 
 def _weights(namespace: dict, *models: str) -> list[np.ndarray]:
     return [np.asarray(w) for name in models for w in namespace[name].get_weights()]
@@ -133,8 +139,9 @@ def _weights(namespace: dict, *models: str) -> list[np.ndarray]:
         (WALKTHROUGH_CELL, ["model"], ["results"]),
         (GAN_CELL, ["generator", "discriminator"], ["history"]),
         (FUNCTION_CELL, ["model"], ["history"]),
+        (DROPOUT_CELL, ["model"], ["losses"]),
     ],
-    ids=["keras-io", "walkthrough", "gan", "in-a-function"],
+    ids=["keras-io", "walkthrough", "gan", "in-a-function", "dropout"],
 )
 def test_an_inline_step_compiled_trains_as_the_eager_one(cell, models, outputs):
     out = compile_inline_step(cell)
@@ -151,6 +158,10 @@ def test_an_inline_step_compiled_trains_as_the_eager_one(cell, models, outputs):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     for name in outputs:
         np.testing.assert_allclose(eager[name], compiled[name], rtol=1e-4, atol=1e-5)
+
+
+def test_the_dropout_cell_has_its_dropout():
+    assert "keras.layers.Dropout(0.5)" in DROPOUT_CELL
 
 
 def test_the_step_returns_what_the_code_after_it_reads():

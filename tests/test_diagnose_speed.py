@@ -292,6 +292,71 @@ def test_eager_step_inline_with_work_no_graph_can_run_is_told_how_to_compile_it(
     assert "tf.function(model)" in f.fix
 
 
+# TensorFlow's "Custom training: walkthrough" loop, its step compiled as eager-step's rewrite
+# has it, its accuracy still updated with a second, eager forward pass after each step.
+METRIC_LOOP = """import numpy as np, tensorflow as tf, keras
+keras.utils.set_random_seed(0)
+features = np.random.default_rng(0).normal(size=(4000, 4)).astype("float32")
+labels = (features.sum(axis=1) > 0).astype("int64")
+batches = tf.data.Dataset.from_tensor_slices((features, labels)).batch(16)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(10, "relu"),
+                          keras.layers.Dense(10, "relu"), keras.layers.Dense(3)])
+optimizer = keras.optimizers.SGD(0.01)
+loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        logits = model(x, training=True)
+        loss_value = loss_object(y, logits)
+    grads = tape.gradient(loss_value, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return logits, loss_value
+
+for epoch in range(EPOCHS):
+    accuracy = keras.metrics.SparseCategoricalAccuracy()
+    for x, y in batches:
+        logits, loss_value = train_step(x, y)
+        accuracy.update_state(y, SECOND_PASS)
+"""
+
+
+def test_eager_model_calls_between_compiled_steps_are_named(ip):
+    # 1,500 eager calls of a three-layer model: at least 0.5 ms each on any CPU, 0.75 s.
+    cell = METRIC_LOOP.replace("EPOCHS", "6").replace("SECOND_PASS", "model(x, training=True)")
+    result, r = profiled(ip, cell)
+    assert result.success, result.error_in_exec
+    f = the(r, "eager-model-calls")
+    assert f.evidence["model_calls"] == 1500 and f.evidence["between_compiled_steps"]
+    assert "between its compiled steps" in f.detail
+    assert "update the metric" in f.fix
+    assert_silent(r, "eager-step")
+
+
+def test_no_eager_model_calls_where_the_metric_takes_the_steps_outputs(ip):
+    cell = METRIC_LOOP.replace("EPOCHS", "6").replace("SECOND_PASS", "logits")
+    result, r = profiled(ip, cell)
+    assert result.success, result.error_in_exec
+    assert_silent(r, "eager-model-calls")
+    assert all(loop.model_calls == 0 for loop in r.record.loops)
+
+
+def test_an_eager_steps_model_calls_are_the_steps_not_eager_model_calls(ip):
+    # The same loop with its step eager: its calls (the tape's and the metric's, 2 a step) are
+    # part of eager-step's steps, never timed as calls of their own.
+    cell = (
+        METRIC_LOOP.replace("EPOCHS", "2")
+        .replace("SECOND_PASS", "model(x, training=True)")
+        .replace("@tf.function\n", "")
+    )
+    result, r = profiled(ip, cell)
+    assert result.success, result.error_in_exec
+    assert the(r, "eager-step").evidence["eager_steps"] == 500
+    assert_silent(r, "eager-model-calls")
+    # Of its 1,000 calls, only those of each epoch's first batch, before its first step.
+    assert max(loop.model_calls for loop in r.record.loops) <= 4, r.record.loops
+
+
 def test_eager_step_compiled_with_run_eagerly(tab):
     result, r = profiled(
         tab,

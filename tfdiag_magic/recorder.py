@@ -134,6 +134,7 @@ class OpenLoop:
 
     __slots__ = (
         "clocks_ran_out",
+        "compiled_steps",
         "cpu_start",
         "due",
         "end_wait",
@@ -167,6 +168,9 @@ class OpenLoop:
         self.n = 0
         self.due = -math.inf  # when the rows are written at the latest (see `next_item`)
         self.has_steps = False  # a step has run inside this loop (its id is in loops_with_steps)
+        # Its first step was compiled (a tf.function's call, a Keras step): an eager model call
+        # in its body is then outside its steps, and timed (`probes.model_calls`).
+        self.compiled_steps = False
         self.fetching = False  # its iterator is being asked for the next item, timed as its wait
         self.end_wait = 0.0  # the wait of the `next()` that found no item (see `items_ran_out`)
         self.ran_out_at = NAN  # when that `next()` returned: its iterator is released after
@@ -381,7 +385,7 @@ class Recorder:
             if epoch < 0 and open_loops[0] is not inner:
                 epoch = open_loops[0].index
         else:
-            loop_id, epoch = self._loop_of_step(epoch)
+            loop_id, epoch = self._loop_of_step(epoch, eager)
         index = self.count + fused - 1  # the (last) row's
         # "No loss" is its own flag, never a NaN: a NaN loss is a finding, a missing one is not.
         # Types are compared, not tested with isinstance: no call on the hot path (a float or
@@ -479,10 +483,11 @@ class Recorder:
                 )
             )
 
-    def _loop_of_step(self, epoch: int) -> tuple[int, int]:
+    def _loop_of_step(self, epoch: int, eager: bool) -> tuple[int, int]:
         """The innermost open loop of the cell around a step, and the step's epoch (the
         outermost loop's iteration, when the step has none of its own and loops are nested);
-        the loops around the step are marked as having steps."""
+        the loops around the step are marked as having steps, compiled ones unless it ran
+        `eager`."""
         open_loops = self.open_loops
         inner = open_loops[-1]
         if epoch < 0 and open_loops[0] is not inner:
@@ -492,6 +497,8 @@ class Recorder:
                 if not state.has_steps:
                     self.write_iterations(state)
             for state in open_loops:
+                if not state.has_steps:
+                    state.compiled_steps = not eager
                 state.has_steps = True
                 self.loops_with_steps.add(state.loop_id)
         return inner.loop_id, epoch

@@ -7,8 +7,10 @@ to the open loops' totals (`Recorder.model_called`). A loop whose time goes to a
 forward passes (text generated one token at a time, a prediction fed back as the next input)
 is no Python loop over data (`diagnose.python_preprocessing`).
 
-Inside a loop that has had a step the call is passed on untimed, after a few attribute reads:
-such a loop is judged by its steps (an eager training step calls its model on every step).
+Inside a loop whose steps run eagerly the call is passed on untimed, after a few attribute
+reads: such a loop is judged by its steps (an eager training step calls its model on every
+step). Inside a loop whose steps are compiled (a tf.function's call, a Keras step) an eager
+call is outside them (a metric's second forward pass on the batch), and timed.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _timed_call(rec: Recorder, original: Any) -> Any:
         loops = rec.open_loops
         if (
             not loops
-            or loops[-1].has_steps
+            or (loops[-1].has_steps and not loops[-1].compiled_steps)
             or inside[0]
             or rec.step_depth
             or rec.driver_depth

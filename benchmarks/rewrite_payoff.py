@@ -5,8 +5,9 @@ Run: ``.venv/bin/python benchmarks/rewrite_payoff.py`` (``ROUNDS=N``, default 3;
 
 Each program is profiled once (``python -m tfdiag_magic profile``); the rewrite of the finding
 named for it is then run against the program as written, in turns, each in a process of its
-own. It prints each run's wall time (the process's, TensorFlow's import included) and a
-checksum of the final weights: a rewrite that keeps the training must train the same weights.
+own. It prints the findings of the rewritten program, profiled in turn, each run's wall time
+(the process's, TensorFlow's import included) and a checksum of the final weights: a rewrite
+that keeps the training must train the same weights.
 
 - ``replay``: a deep-Q-learning replay loop, the pattern of many reinforcement-learning
   notebooks: a toy environment in NumPy, a replay memory, and per sampled transition two
@@ -195,20 +196,24 @@ def _run(script: Path) -> tuple[float, str]:
     return time.perf_counter() - start, checksum.split()[1]
 
 
+def _findings(script: Path, report: Path) -> list[dict]:
+    """The findings of `script` profiled (``python -m tfdiag_magic profile``)."""
+    subprocess.run(
+        [sys.executable, "-m", "tfdiag_magic", "profile", "--json", str(report), str(script)],
+        capture_output=True,
+        env=ENV,
+        check=True,
+    )
+    return json.loads(report.read_text())["findings"]
+
+
 def compare(name: str, rounds: int) -> None:
     """Profile the program `name`, then time it and its finding's rewrite in turns."""
     program, code = PROGRAMS[name]
     with tempfile.TemporaryDirectory() as folder:
         plain = Path(folder) / f"{name}.py"
         plain.write_text(program)
-        report = Path(folder) / f"{name}.json"
-        subprocess.run(
-            [sys.executable, "-m", "tfdiag_magic", "profile", "--json", str(report), str(plain)],
-            capture_output=True,
-            env=ENV,
-            check=True,
-        )
-        findings = json.loads(report.read_text())["findings"]
+        findings = _findings(plain, Path(folder) / f"{name}.json")
         finding = next((f for f in findings if f["code"] == code), None)
         print(f"## {name}: {finding['title'] if finding else f'no {code} finding'}")
         if finding is None or not finding.get("rewrite"):
@@ -216,6 +221,8 @@ def compare(name: str, rounds: int) -> None:
         print(finding["diff"])
         rewritten = Path(folder) / f"{name}_rewritten.py"
         rewritten.write_text(finding["rewrite"])
+        for left in _findings(rewritten, Path(folder) / f"{name}_rewritten.json"):
+            print(f"rewritten, profiled: {left['code']}: {left['title']}")
         times: dict[str, list[float]] = {"as written": [], "rewritten": []}
         for _ in range(rounds):
             for arm, script in (("as written", plain), ("rewritten", rewritten)):

@@ -40,8 +40,8 @@ the inputs at once.
 ## Threshold
 At least 100 eager model calls in a loop with no step or with compiled steps, taking at least
 0.5 s and at least 25% of the cell's wall time. The walkthrough's loop, its step compiled by
-`eager-step`'s rewrite (201 epochs of 9 batches, the 2-vCPU Xeon): 1,809 calls of about 3 ms
-between 0.6 ms steps.
+`eager-step`'s rewrite (201 epochs of 9 batches, the 2-vCPU Xeon): 1,809 calls of 2.2-2.4 ms
+between 0.6 ms steps, 35-36% of the run (`benchmarks/rewrite_payoff.py`).
 """
 
 MIN_CALLS = 100

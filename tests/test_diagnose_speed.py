@@ -293,12 +293,17 @@ def test_eager_step_inline_with_work_no_graph_can_run_is_told_how_to_compile_it(
 
 
 # TensorFlow's "Custom training: walkthrough" loop, its step compiled as eager-step's rewrite
-# has it, its accuracy still updated with a second, eager forward pass after each step.
+# has it, its accuracy still updated with a second, eager forward pass after each step. Its
+# dataset is not autotuned: beside a CPU hog the ends of an autotuned dataset's loops slept
+# 1.33 s each (epoch-start-stall), a third of the run, which the calls' share is weighed
+# against.
 METRIC_LOOP = """import numpy as np, tensorflow as tf, keras
 keras.utils.set_random_seed(0)
 features = np.random.default_rng(0).normal(size=(4000, 4)).astype("float32")
 labels = (features.sum(axis=1) > 0).astype("int64")
-batches = tf.data.Dataset.from_tensor_slices((features, labels)).batch(16)
+fixed = tf.data.Options()
+fixed.autotune.enabled = False
+batches = tf.data.Dataset.from_tensor_slices((features, labels)).batch(16).with_options(fixed)
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(10, "relu"),
                           keras.layers.Dense(10, "relu"), keras.layers.Dense(3)])
 optimizer = keras.optimizers.SGD(0.01)

@@ -175,6 +175,20 @@ def test_the_step_returns_what_the_code_after_it_reads():
     assert "# Open a GradientTape to record the forward pass." in out.split("for epoch")[0]
 
 
+def test_a_name_the_outer_loop_reads_before_the_step_is_returned():
+    cell = (
+        "import tensorflow as tf\nloss = None\nfor epoch in range(3):\n"
+        "    print(epoch, loss)  # the last epoch's loss\n"
+        "    for x, y in ds:\n        with tf.GradientTape() as tape:\n"
+        "            loss = loss_fn(y, model(x))\n"
+        "        grads = tape.gradient(loss, model.trainable_weights)\n"
+        "        opt.apply_gradients(zip(grads, model.trainable_weights))\n"
+    )
+    out = compile_inline_step(cell)
+    assert out is not None
+    assert "        loss = train_step(x, y)\n" in out
+
+
 STEP = """
     with tf.GradientTape() as tape:
         loss = loss_fn(y, model(x)){scale}

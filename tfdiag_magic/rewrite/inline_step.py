@@ -182,7 +182,7 @@ def _move(
         changing |= {n.value for n in m.findall(each.target, m.Name())}
     if (reads - binds - set(params)) & changing:
         return None
-    outside = _read_after(cell, loop, run, binds)
+    outside = _read_after(cell, loops[-1], run, binds)
     if any(_is_tape(run, name) for name in outside):
         return None
     order = [name for statement in _leaves(run) for name in _in_order(statement)]
@@ -212,11 +212,11 @@ def _move(
 
 
 def _read_after(
-    cell: Cell, loop: cst.For, run: list[cst.BaseStatement], binds: set[str]
+    cell: Cell, loop: cst.For | cst.While, run: list[cst.BaseStatement], binds: set[str]
 ) -> set[str]:
     """Which of the names the run binds code outside it may read with the run's value: in the
-    run's own scope, later in the cell with no other binding of the name between, or in the
-    loop before the run (the next step's)."""
+    run's own scope, later in the cell with no other binding of the name between, or before
+    the run inside `loop`, the outermost loop around it (a later iteration's read)."""
     scope = _def_of(cell, loop)
     first, last = cell.line(run[0]), cell.end_line(run[-1])
     loop_first, loop_last = cell.line(loop), cell.end_line(loop)

@@ -16,12 +16,13 @@ random numbers with TensorFlow's stateful random ops inside the step (``tf.rando
 ops take other seeds than eager ones, so their draws differ (a GAN's noise drawn in the loop before
 the step is passed in, and stays the same).
 
-Limits, where the rewrite is not safe (None): the step reads a name the loop's body or an
-outer loop binds other than the loop's own batch (a learning rate per epoch, a step counter:
-Python values a graph would freeze or retrace on), the index of ``enumerate``, or a loop over
-``range``; it binds the tape for code after it, breaks, continues or returns; it, or a cell
-function it calls, does what `compile_eager_step` leaves alone (``print``, ``.numpy()``,
-NumPy, building models or variables).
+Limits, where the rewrite is not safe (None): the step reads a name the loops bind other than
+its batch and the tensors the body makes before it (a learning rate per epoch, the index of
+``enumerate``, the counter of a loop over ``range``: Python values a graph would freeze or
+retrace on), or a value it carries from step to step (``total = total + loss``); it binds the
+tape for code after it, breaks, continues or returns; it, or a cell function it calls, does
+what `compile_eager_step` leaves alone (``print``, ``.numpy()``, NumPy, building models or
+variables).
 """
 
 from __future__ import annotations

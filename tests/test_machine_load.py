@@ -195,7 +195,14 @@ def test_neighbours_arriving_mid_loop_are_read_as_a_busy_machine(ip):
     second = load_over(r.record, float(steps["start"][rows[half]]), float(steps["start"][rows[-1]]))
     assert first is not None and second is not None, r.record.memory
     assert not np.isnan(first.waited) and not np.isnan(second.waited)
-    assert second.others_cpus - first.others_cpus >= 0.25, (first, second)
+    # The neighbours arrived: the other programs took a quarter of a CPU more, or this process
+    # waited a quarter of a second a second more for one; unless other programs kept the CPUs
+    # nearly full before them (a CPU hog beside the whole suite: 1.42-1.69 of 2 CPUs before,
+    # 1.53-1.59 after), where their arrival can add little of either.
+    full_before = first.others_cpus >= r.record.facts["usable_cpus"] - 0.6
+    more_cpu = second.others_cpus - first.others_cpus >= 0.25
+    more_wait = second.waited / second.wall - first.waited / first.wall >= 0.25
+    assert full_before or more_cpu or more_wait, (first, second)
     assert_silent(r, "progressive-slowdown")
     assert not problems(r), listing(r)
 

@@ -132,6 +132,41 @@ def cpu_hog():
         stop_cpu_hog(hog)
 
 
+def others_busy_cpus(seconds: float = 0.5) -> float:
+    """The CPUs other programs kept busy over `seconds` (this process sleeps meanwhile), from
+    Linux's /proc/stat; 0.0 where it cannot be read."""
+    import time
+
+    def busy_and_total() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+        return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # less idle and iowait
+
+    try:
+        busy0, total0 = busy_and_total()
+        time.sleep(seconds)
+        busy1, total1 = busy_and_total()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    cpus = os.cpu_count() or 1
+    return cpus * (busy1 - busy0) / max(total1 - total0, 1)
+
+
+@pytest.fixture
+def neighbour():
+    """One busy neighbour for the length of the test: a CPU hog on one core, unless other
+    programs keep most of a CPU busy already (then a second hog on a 2-CPU machine leaves the
+    test's own process little CPU: not the one neighbour the test is about)."""
+    if others_busy_cpus() >= 0.7:
+        yield None
+        return
+    hog = start_cpu_hog()
+    try:
+        yield hog
+    finally:
+        stop_cpu_hog(hog)
+
+
 # `make test` runs the suite on pytest-xdist workers (--dist loadgroup; three by default, two for
 # make test-workshop and in CI). A module runs whole on one worker (marked here as its own xdist
 # group), so that its kernel, server or command-line run starts once; the browser tests' modules

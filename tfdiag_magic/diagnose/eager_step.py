@@ -37,11 +37,10 @@ does not turn it off in a kernel where it already ran. Where the update is writt
 the loop, move the forward pass, the gradient and the update into one `@tf.function` (the
 rewrite moves the loop's statements from its first tape to its last update, unchanged, into
 `train_step`, defined once before the loop, which takes the batch and returns what the code
-after it reads); where the
-work between the model's calls cannot run in a graph (an environment's `step` in a
-reinforcement-learning episode), compile the model's call alone (`tf.function(model)`): in the
-keras-io actor-critic example that took its model calls from 3.9 to 0.85 ms and the run from
-16.2 to 8.8 s, with the same rewards (a 2-vCPU EPYC).
+after it reads); where the work between the model's calls cannot run in a graph (an
+environment's `step` in a reinforcement-learning episode), compile the model's call alone
+(`tf.function(model)`): in the keras-io actor-critic example that took its model calls from
+3.9 to 0.85 ms and the run from 16.2 to 8.8 s, with the same rewards (a 2-vCPU EPYC).
 
 ## Threshold
 At least 10 eager training steps, and either the majority of the training steps, or at least a

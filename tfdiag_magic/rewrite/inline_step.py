@@ -27,6 +27,8 @@ variables).
 
 from __future__ import annotations
 
+import itertools
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -96,17 +98,13 @@ def _rewrite(cell: Cell) -> cst.Module | None:
 
 
 def _step_name(module: cst.Module, taken: set[str]) -> str:
-    """``train_step``, or the first of ``train_step_2``, ... the cell and earlier steps of this
-    rewrite do not use."""
-    name = fresh_name(module, ["train_step"])
-    if name not in taken:
-        return name
-    index = 2
-    while f"train_step_{index}" in taken or fresh_name(module, [f"train_step_{index}"]) != (
-        f"train_step_{index}"
-    ):
-        index += 1
-    return f"train_step_{index}"
+    """``train_step``, or the first of ``train_step_2``, ... that neither the cell nor an
+    earlier step of this rewrite uses."""
+    numbered = (f"train_step_{i}" for i in itertools.count(2))
+    for candidate in itertools.chain(["train_step"], numbered):
+        if candidate not in taken and fresh_name(module, [candidate]) == candidate:
+            return candidate
+    raise AssertionError("unreachable: the candidates never run out")
 
 
 def _step_run(

@@ -19,7 +19,7 @@ demo: setup
 	$(PY) -m tfdiag_magic demo --html build/demo-report.html
 
 # The suite on pytest-xdist workers, each module whole on one worker so that its kernel,
-# server or command-line run starts once, but for the notebooks' and corpus' tests, handed out
+# server or command-line run starts once (pytest 9.2 broke the grouping: pyproject.toml), but for the notebooks' and corpus' tests, handed out
 # one by one; the longest go first (tests/conftest.py). make test runs three workers on a 2-CPU
 # machine: much of a test's time is waiting (a subprocess's start, a server, a browser, a
 # sleeping input pipeline), which a third worker fills (parallel pass 9 min 5 s against 10 min 4 s
@@ -32,9 +32,16 @@ WORKERS ?= 3
 # they start themselves; tf.data's parallel py_function reads): they run afterwards, one at a time.
 # The workshop tier (tests marked `workshop`: every notebook run twice, its Parts on their own, the
 # Binder build) is make test-workshop; CI runs it after make test.
+# The alone tier collects only the modules that hold such tests (collecting the whole suite
+# costs a process 9-14 s of CPU); the parallel pass fails if a module with an `alone` test is not
+# in the list (tests/conftest.py). Python writes its bytecode caches for the test run where the
+# environment says not to (PYTHONDONTWRITEBYTECODE): otherwise every worker, kernel and
+# subprocess compiles the project, and pytest rewrites every test module's asserts, anew.
+ALONE_TESTS := $(shell grep -l 'mark\.alone' tests/test_*.py)
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE TFDIAG_ALONE_TESTS="$(ALONE_TESTS)"
 test: lint
-	$(PY) -m pytest -q -n $(WORKERS) $(DIST) -m "not alone and not workshop" --durations=25
-	$(PY) -m pytest -q -m "alone and not workshop" --durations=5
+	$(TEST_ENV) $(PY) -m pytest -q -n $(WORKERS) $(DIST) -m "not alone and not workshop" --durations=25
+	$(TEST_ENV) $(PY) -m pytest -q -m "alone and not workshop" --durations=5 $(ALONE_TESTS)
 
 test-workshop: setup
 	$(PY) -m pytest -q $(PARALLEL) -m "workshop and not alone" --durations=25

@@ -197,8 +197,51 @@ def _rank(item: pytest.Item) -> int:
     return next(ranks, len(LONGEST_FIRST))
 
 
+class UnlistedAloneTests(pytest.Item):
+    """A test that fails, in the parallel pass, for modules holding `alone` tests that `make
+    test`'s alone tier does not collect (a worker's collection error would only read as
+    xdist's INTERNALERROR)."""
+
+    def __init__(self, *, missed: list[str], **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.missed = missed
+
+    def runtest(self) -> None:
+        pytest.fail(
+            f"tests marked alone in {', '.join(self.missed)}, which make test's alone tier does"
+            " not collect: mark them with `pytest.mark.alone` written out (the Makefile's"
+            " ALONE_TESTS searches for it)",
+            pytrace=False,
+        )
+
+    def reportinfo(self) -> tuple[Path, None, str]:
+        return self.path, None, "the alone tier's modules"
+
+
+def _check_alone_tests_are_listed(session: pytest.Session, items: list[pytest.Item]) -> None:
+    """`make test`'s alone tier collects only the modules it lists (TFDIAG_ALONE_TESTS, found
+    by a search for the mark's text): a module whose `alone` tests the search missed would have
+    them run nowhere, so the parallel pass gets a failing test instead."""
+    listed = os.environ.get("TFDIAG_ALONE_TESTS")
+    if listed is None:
+        return
+    names = {Path(path).name for path in listed.split()}
+    missed = sorted(
+        {
+            item.path.name
+            for item in items
+            if item.get_closest_marker("alone") is not None and item.path.name not in names
+        }
+    )
+    if missed:
+        items.insert(0, UnlistedAloneTests.from_parent(session, name="alone-tier", missed=missed))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    _check_alone_tests_are_listed(session, items)
     if not hasattr(config, "workerinput"):  # not an xdist worker
         return
     for item in items:

@@ -28,6 +28,9 @@ LoopInfo.rows_dropped
 _._code
 # tests/conftest.py: a pytest hook, called by pytest by its name.
 pytest_collection_modifyitems
+# tests/conftest.py: a pytest.Item's methods, which pytest calls to run and report it.
+UnlistedAloneTests.runtest
+UnlistedAloneTests.reportinfo
 # pytest's hooks, called by name by pytest (the claims test's options and parameters).
 pytest_addoption
 pytest_generate_tests

@@ -19,11 +19,13 @@ demo: setup
 	$(PY) -m tfdiag_magic demo --html build/demo-report.html
 
 # The suite on pytest-xdist workers, each module whole on one worker so that its kernel,
-# server or command-line run starts once (pytest 9.2 broke the grouping: pyproject.toml), but for the notebooks' and corpus' tests, handed out
-# one by one; the longest go first (tests/conftest.py). make test runs three workers on a 2-CPU
-# machine: much of a test's time is waiting (a subprocess's start, a server, a browser, a
-# sleeping input pipeline), which a third worker fills (parallel pass 9 min 5 s against 10 min 4 s
-# with two, quiet). The notebooks' runs keep two: each kernel's memory and time are bounded.
+# server or command-line run starts once (pytest 9.2 undoes the groups: pyproject.toml asks for
+# an earlier one, and tests/conftest.py fails the suite where they are undone), but for the
+# notebooks' and corpus' tests, handed out one by one; the longest go first (tests/conftest.py).
+# make test runs three workers on a 2-CPU machine: much of a test's time is waiting (a
+# subprocess's start, a server, a browser, a sleeping input pipeline), which a third worker fills
+# (parallel pass 9 min 5 s against 10 min 4 s with two, quiet). The notebooks' runs keep two:
+# each kernel's memory and time are bounded.
 DIST := --dist loadgroup --no-loadscope-reorder
 PARALLEL := -n 2 $(DIST)
 WORKERS ?= 3

@@ -197,25 +197,20 @@ def _rank(item: pytest.Item) -> int:
     return next(ranks, len(LONGEST_FIRST))
 
 
-class UnlistedAloneTests(pytest.Item):
-    """A test that fails, in the parallel pass, for modules holding `alone` tests that `make
-    test`'s alone tier does not collect (a worker's collection error would only read as
-    xdist's INTERNALERROR)."""
+class SuiteSetUpFailure(pytest.Item):
+    """A test that fails with `message`: how the suite's own set-up reports a mistake found
+    at collection on an xdist worker (an exception there reads only as xdist's
+    INTERNALERROR)."""
 
-    def __init__(self, *, missed: list[str], **kwargs: object) -> None:
+    def __init__(self, *, message: str, **kwargs: object) -> None:
         super().__init__(**kwargs)
-        self.missed = missed
+        self.message = message
 
     def runtest(self) -> None:
-        pytest.fail(
-            f"tests marked alone in {', '.join(self.missed)}, which make test's alone tier does"
-            " not collect: mark them with `pytest.mark.alone` written out (the Makefile's"
-            " ALONE_TESTS searches for it)",
-            pytrace=False,
-        )
+        pytest.fail(self.message, pytrace=False)
 
     def reportinfo(self) -> tuple[Path, None, str]:
-        return self.path, None, "the alone tier's modules"
+        return self.path, None, self.name
 
 
 def _check_alone_tests_are_listed(session: pytest.Session, items: list[pytest.Item]) -> None:
@@ -234,7 +229,32 @@ def _check_alone_tests_are_listed(session: pytest.Session, items: list[pytest.It
         }
     )
     if missed:
-        items.insert(0, UnlistedAloneTests.from_parent(session, name="alone-tier", missed=missed))
+        message = (
+            f"tests marked alone in {', '.join(missed)}, which make test's alone tier does not"
+            " collect: mark them with `pytest.mark.alone` written out (the Makefile's"
+            " ALONE_TESTS searches for it)"
+        )
+        items.insert(0, SuiteSetUpFailure.from_parent(session, name="alone-tier", message=message))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker sends the collected ids
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` xdist hands out a group whole only where the group's name
+    ends the test's node id: a pytest whose node ids xdist cannot rewrite (9.2 with xdist 3.8)
+    makes every test its own group, silently, and each worker sets up each module's kernel or
+    shell again. The suite then fails instead."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    grouped = [item for item in session.items if item.get_closest_marker("xdist_group")]
+    if grouped and "@" not in grouped[0].nodeid:
+        message = (
+            f"xdist ignores the module groups with pytest {pytest.__version__}: its node ids"
+            " no longer carry the group's name (pytest-xdist issue 1386); use the pytest"
+            " version pyproject.toml asks for"
+        )
+        session.items.insert(
+            0, SuiteSetUpFailure.from_parent(session, name="module-groups", message=message)
+        )
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

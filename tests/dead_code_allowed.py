@@ -29,8 +29,9 @@ _._code
 # tests/conftest.py: a pytest hook, called by pytest by its name.
 pytest_collection_modifyitems
 # tests/conftest.py: a pytest.Item's methods, which pytest calls to run and report it.
-UnlistedAloneTests.runtest
-UnlistedAloneTests.reportinfo
+SuiteSetUpFailure.runtest
+SuiteSetUpFailure.reportinfo
+pytest_collection_finish
 # pytest's hooks, called by name by pytest (the claims test's options and parameters).
 pytest_addoption
 pytest_generate_tests

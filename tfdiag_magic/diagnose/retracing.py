@@ -90,12 +90,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     events = _top_level_tracings(record, worst)
     trace_time = sum(t.duration for t in events)
     changing = changing_arguments([t.signature for t in events])
-    steps = record.steps
-    calls = steps["kind"] == Kind.TF_FUNCTION
-    if not calls.any():
-        calls = steps["kind"] != Kind.LOOP
-    untraced = steps["duration"][calls & ~steps["traced"]]
-    traced = steps["duration"][calls & steps["traced"]]
+    traced, untraced = _call_times(record, worst, events)
     evidence = {
         "function": worst.name,
         "traces": worst.traces,
@@ -121,6 +116,36 @@ def check(record: Record, source: str | None) -> Finding | None:
         impact=trace_time,
     )
     return with_rewrite(finding, source, first_rewrite(source, *attempts))
+
+
+def _call_times(record: Record, function, events: list) -> tuple[np.ndarray, np.ndarray]:
+    """The durations of the rows that were `function`'s traced calls, and of its untraced ones.
+
+    The table has no column naming a row's function. A traced row is the function's where
+    one of its own top-level tracings began inside it. Untraced rows are read only where
+    every call row of the table is the function's (its calls as many as the rows, or no other
+    function of the code's called at all): other functions' calls (a second function in the
+    loop) would be counted as its own. Where the
+    function has no rows of its own (called inside a Keras or loop step), the rows are
+    steps, not calls: neither is read."""
+    steps = record.steps
+    calls = steps["kind"] == Kind.TF_FUNCTION
+    if not calls.any():
+        return np.empty(0), np.empty(0)
+    starts = steps["start"][calls]
+    durations = steps["duration"][calls]
+    traced_rows = steps["traced"][calls]
+    began = np.sort(np.array([event.time for event in events], dtype=float))
+    after_start = np.searchsorted(began, starts)
+    inside = after_start < began.size
+    inside[inside] = began[after_start[inside]] <= (starts + durations)[inside]
+    traced = durations[traced_rows & inside]
+    only_function = all(
+        other is function or other.keras_internal or not other.calls for other in record.functions
+    )
+    if int(calls.sum()) != function.calls and not only_function:  # (a long run's table is
+        return traced, np.empty(0)  # a sample: its rows fewer than the calls)
+    return traced, durations[~traced_rows]
 
 
 def _top_level_tracings(record: Record, function) -> list:

@@ -348,6 +348,26 @@ def test_resource_exhausted_error_keeps_the_good_steps_before_it(train_ip):
     assert (train["duration"] > 0).all()
 
 
+def test_a_failed_call_is_counted_from_one_as_the_function_table_counts_it(ip):
+    # Five calls, then a sixth that its signature refuses: the summary's "function call 6" is
+    # the table's sixth call (the steps' index, 5, stays in the report).
+    result, r = profiled(
+        ip,
+        "import tensorflow as tf\n"
+        "@tf.function(input_signature=(tf.TensorSpec([], tf.int32),))\n"
+        "def nxt(n):\n"
+        "    return n + 1\n"
+        "for i in range(5):\n"
+        "    nxt(tf.constant(i))\n"
+        "nxt(tf.constant(1.5))\n",
+    )
+    assert isinstance(result.error_in_exec, TypeError)
+    assert r.record.error.step == 5 and r.record.error.phase == "function"
+    summary = r.summary()
+    assert "5 function calls" in summary and "stopped by TypeError in function call 6" in summary
+    assert [f.calls for f in r.record.functions if f.name == "nxt"] == [6]
+
+
 # -- nothing left behind --------------------------------------------------------------------
 
 

@@ -79,6 +79,7 @@ def test_oom_causal_mask_of_a_long_sequence_in_a_training_step(long_context_oom)
     ev = f.evidence
     assert ev["error"] == "ResourceExhaustedError"
     assert ev["step"] == 3 and ev["phase"] == "train"  # the fourth training step
+    assert "ResourceExhaustedError in train step 4 with batch size 4" in f.detail, f.detail
     assert ev["batch_size"] == 4  # the failing step's own; the completed steps had 2
     assert r.record.error.batch == 4
     assert ev["peak_host_bytes"] < 4 * GIB  # refused, not filled

@@ -362,7 +362,7 @@ def test_oom_in_fit_on_a_gpu_reads_tensorflow_message():
     assert ev["step"] == 12 and ev["phase"] == "train"
     assert ev["peak_GPU:0_bytes"] == 38 * GIB
     assert f.title.startswith("Out of device memory allocating a float tensor")
-    assert "with batch size 256" in f.detail
+    assert "in train step 13 with batch size 256" in f.detail, f.detail
 
 
 def test_oom_of_an_eager_op_on_a_gpu_names_the_op_not_the_wrapper():

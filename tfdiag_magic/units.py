@@ -21,6 +21,15 @@ def and_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def failed_step(phase: str | None, done: int) -> str:
+    """The step an error left, counted from 1 as people count (`done`: the steps of its phase
+    that completed before it): "train step 4", "function call 6", "loop iteration 2"."""
+    label = {"function": "function call", "loop": "loop iteration"}.get(
+        phase or "train", f"{phase or 'train'} step"
+    )
+    return f"{label} {done + 1}"
+
+
 def size(value: int | float | None) -> str:
     if value is None:
         return "–"

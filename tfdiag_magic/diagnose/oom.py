@@ -11,7 +11,7 @@ from ..findings import Finding
 from ..record import Record
 from ..rewrite import gradient_accumulation, larger_batch
 from ..stats import memory_stats
-from ..units import size
+from ..units import failed_step, size
 from .evidence import first_rewrite, rounded, training_rows, with_rewrite
 
 CODE = "oom"
@@ -125,7 +125,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         severity="error",
         title=f"Out of {what}{tensor}{where}",
         detail=(
-            f"{error.type} at {error.phase or 'training'} step {error.step}"
+            f"{error.type} in {failed_step(error.phase, error.step)}"
             + (f" with batch size {batch}" if batch else "")
             + (f", in op {evidence['op']}" if "op" in evidence else "")
             + "."

@@ -9,7 +9,7 @@ import textwrap
 from typing import Any
 
 from ..report import busy_machine_note, table_note
-from ..units import evidence_text, rate, seconds, share, size
+from ..units import evidence_text, failed_step, rate, seconds, share, size
 from .experiments import comparison_text, insert_cell, sweep_text
 from .ops import ops_text
 from .timeline import timeline_text
@@ -70,7 +70,7 @@ def headline(report: dict[str, Any]) -> str:
         )
     error = report.get("error")
     if error:
-        where = f" at {error['phase']} step {error['step']}" if error.get("phase") else ""
+        where = f" in {failed_step(error['phase'], error['step'])}" if error.get("phase") else ""
         line += f"; stopped by {error['type']}{where}"
     worker = (report.get("environment") or {}).get("worker")
     if worker:

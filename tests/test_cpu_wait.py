@@ -162,11 +162,37 @@ def test_a_profiled_run_records_its_cpu_wait_and_the_headline_spreads_it(ip):
     assert isinstance(waited, float) and 0.0 <= waited < record.wall_time * 8
     other = record.facts["other_cpu_s"]
     assert isinstance(other, float) and other >= 0.0
+    ran = record.facts["thread_cpu_share"]
+    assert isinstance(ran, float) and 0.0 < ran <= 1.0  # the run's thread traced and called
     headline = headline_of(record)
-    # The wait other programs can have caused, per second of the run, over one step's interval.
-    expected = min(waited, other) / record.wall_time * headline.step_interval
-    assert headline.cpu_wait_per_step == pytest.approx(expected)
+    # The wait other programs can have caused, per second of the run, over one step's interval;
+    # at most the share of the run its own thread did not run.
+    held = min(min(waited, other) / record.wall_time, 1.0, 1.0 - ran)
+    assert headline.cpu_wait_per_step == pytest.approx(held * headline.step_interval)
     assert json.loads(json.dumps(headline.to_dict(), default=str))["cpu_wait_per_step"] >= 0
+
+
+def test_a_wait_per_step_is_at_most_the_time_the_runs_thread_did_not_run(ip):
+    # Threads waiting side by side add their waits up: 3 s of wait in a 1 s run is read as
+    # at most the second, less what the run's thread ran (CPU work is not a wait).
+    from tfdiag_magic.experiments.headline import headline_of
+
+    assert ip.run_cell(
+        "%%tfprofile -q -o r\n"
+        "import tensorflow as tf\n"
+        "step = tf.function(lambda v: v * 2.0)\n"
+        "for i in range(40):\n"
+        "    step(tf.constant(1.0))\n"
+    ).success
+    record = ip.user_ns["r"].record
+    interval = headline_of(record).step_interval
+    record.facts.update(cpu_wait_s=3 * record.wall_time, other_cpu_s=3 * record.wall_time)
+    record.facts["thread_cpu_share"] = 0.0
+    assert headline_of(record).cpu_wait_per_step == pytest.approx(interval)
+    record.facts["thread_cpu_share"] = 0.75
+    assert headline_of(record).cpu_wait_per_step == pytest.approx(0.25 * interval)
+    del record.facts["thread_cpu_share"]  # a record from before the fact: the wall's bound
+    assert headline_of(record).cpu_wait_per_step == pytest.approx(interval)
 
 
 def test_a_run_records_how_much_of_it_was_cpu_work(ip):

@@ -6,7 +6,9 @@ waiting in a CPU's run queue (the first two fields of ``/proc/self/task/<tid>/sc
 Summed over the process's threads at the run's start and end, the wait's difference is the time
 the run's work was kept waiting: a comparison of two runs reads what a busy machine caused of
 it as noise (experiments/noise.py). Threads that ended during the run take their counts with
-them, so both are lower bounds.
+them, so both are lower bounds. The run's own thread's CPU time over the wall time
+(``facts["thread_cpu_share"]``) bounds how much of the run a wait can have filled: what that
+thread ran was not waiting (experiments/headline.py).
 
 The CPU share is the larger of the run's own thread's CPU time over the run's wall time less
 that thread's own run-queue wait, and all threads' CPU time over the wall time of every CPU the
@@ -80,6 +82,7 @@ class CpuWaitProbe:
         self._thread = 0
         self._waited: float | None = None
         self._share: float | None = None
+        self._thread_cpu: float | None = None
         self._busy_start: float | None = None
         self._own_start = 0.0
         self._other: float | None = None
@@ -116,6 +119,7 @@ class CpuWaitProbe:
         if wall > 0:
             ready = wall - max(0.0, end.thread_waited - start.thread_waited)
             ran = max(0.0, end.thread_ran - start.thread_ran)
+            self._thread_cpu = min(1.0, ran / wall)
             own = ran / ready if ready > 0 else 1.0
             every = max(0.0, end.ran - start.ran) / (wall * _usable_cpus())
             self._share = min(1.0, max(own, every))
@@ -125,6 +129,8 @@ class CpuWaitProbe:
             record.facts["cpu_wait_s"] = round(self._waited, 6)
         if self._share is not None:
             record.facts["cpu_share"] = round(self._share, 4)
+        if self._thread_cpu is not None:
+            record.facts["thread_cpu_share"] = round(self._thread_cpu, 4)
         if self._other is not None:
             record.facts["other_cpu_s"] = round(self._other, 6)
         if self._load is not None:

@@ -125,9 +125,8 @@ def _call_times(record: Record, function, events: list) -> tuple[np.ndarray, np.
     one of its own top-level tracings began inside it. Untraced rows are read only where
     every call row of the table is the function's (its calls as many as the rows, or no other
     function of the code's called at all): other functions' calls (a second function in the
-    loop) would be counted as its own. Where the
-    function has no rows of its own (called inside a Keras or loop step), the rows are
-    steps, not calls: neither is read."""
+    loop) would be counted as its own. Where the function has no rows of its own (called
+    inside a Keras or loop step), the rows are steps, not calls: neither is read."""
     steps = record.steps
     calls = steps["kind"] == Kind.TF_FUNCTION
     if not calls.any():

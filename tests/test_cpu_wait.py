@@ -147,9 +147,8 @@ def test_the_reading_is_seconds_and_never_goes_back():
     assert 0.0 <= first <= second
 
 
-def test_a_profiled_run_records_its_cpu_wait_and_the_headline_spreads_it(ip):
-    from tfdiag_magic.experiments.headline import headline_of
-
+def _forty_steps(ip):
+    """The record of 40 calls of a small tf.function, profiled in the test's shell."""
     assert ip.run_cell(
         "%%tfprofile -q -o r\n"
         "import tensorflow as tf\n"
@@ -157,7 +156,13 @@ def test_a_profiled_run_records_its_cpu_wait_and_the_headline_spreads_it(ip):
         "for i in range(40):\n"
         "    step(tf.constant(1.0))\n"
     ).success
-    record = ip.user_ns["r"].record
+    return ip.user_ns["r"].record
+
+
+def test_a_profiled_run_records_its_cpu_wait_and_the_headline_spreads_it(ip):
+    from tfdiag_magic.experiments.headline import headline_of
+
+    record = _forty_steps(ip)
     waited = record.facts["cpu_wait_s"]
     assert isinstance(waited, float) and 0.0 <= waited < record.wall_time * 8
     other = record.facts["other_cpu_s"]
@@ -177,14 +182,7 @@ def test_a_wait_per_step_is_at_most_the_time_the_runs_thread_did_not_run(ip):
     # at most the second, less what the run's thread ran (CPU work is not a wait).
     from tfdiag_magic.experiments.headline import headline_of
 
-    assert ip.run_cell(
-        "%%tfprofile -q -o r\n"
-        "import tensorflow as tf\n"
-        "step = tf.function(lambda v: v * 2.0)\n"
-        "for i in range(40):\n"
-        "    step(tf.constant(1.0))\n"
-    ).success
-    record = ip.user_ns["r"].record
+    record = _forty_steps(ip)
     interval = headline_of(record).step_interval
     record.facts.update(cpu_wait_s=3 * record.wall_time, other_cpu_s=3 * record.wall_time)
     record.facts["thread_cpu_share"] = 0.0

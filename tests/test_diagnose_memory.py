@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from tests.diagnosis_support import assert_silent, listing, problems, the
 from tests.helpers import profiled, profiled_script
 from tfdiag_magic.diagnose import host_memory_growth
-from tfdiag_magic.diagnose.growth import is_steady_rise, steady_growth
+from tfdiag_magic.diagnose.growth import Growth, is_steady_rise, steady_growth, steps_done
 from tfdiag_magic.probes import memory, paced_read
 from tfdiag_magic.record import Kind, Phase, Record
 from tfdiag_magic.recorder import Recorder
@@ -431,6 +432,34 @@ def test_rss_rising_with_the_heap_or_python_objects_is_a_warning(every):
     # TensorFlow's own allocator count sees tensors alone: a flat one proves nothing.
     f = host_memory_growth.check(_rss_rising_record(0, 0, "tensorflow"), None)
     assert f is not None and f.severity == "warning"
+
+
+def _short_run_growth(rss_after: Callable[[np.ndarray], np.ndarray]) -> Growth | None:
+    """94 steps of 4 ms sampled every 50 ms or so, as in a short `fit`: samples after the
+    steps one epoch over a cache was sampled at in a run (`test_diagnose_realworld`), only two
+    of them in the last third of the steps. RSS is `rss_after(steps done)` at each sample."""
+    sampled_after = [1, 15, 24, 34, 46, 63, 78]  # and after the last step, by finish()
+    rec = Recorder(memory_interval=3600)
+    rec.t0 -= 4.0
+    t = rec.t0
+    for i in range(94):
+        rec.add_step(Phase.of("train"), Kind.MARKER, t, t + 0.004, math.nan, 0, False)
+        t += 0.0045
+        if i + 1 in sampled_after:
+            rec.sample_memory(t)
+    record = rec.finish()
+    return steady_growth(record, rss_after(steps_done(record)).astype(np.int64))
+
+
+def test_a_short_run_with_two_samples_in_its_last_third_is_judged_by_its_last_three():
+    # Rising 2 MiB a step to the end: a steady rise, though the last third of its steps holds
+    # only two samples (read alone, too few for a slope: the rise read as stopped).
+    rising = _short_run_growth(lambda done: 500 * MIB + 2 * MIB * done)
+    assert rising is not None and rising.late_per_step == pytest.approx(2 * MIB, rel=0.01)
+    assert is_steady_rise(rising, host_memory_growth.MIN_TOTAL)
+    # The same rise, stopped after step 46: not still rising at the end.
+    stopped = _short_run_growth(lambda done: 500 * MIB + 2 * MIB * np.minimum(done, 46))
+    assert stopped is not None and not is_steady_rise(stopped, host_memory_growth.MIN_TOTAL)
 
 
 PYTHON_FLOATS_KEPT = LOSS_STEP + (

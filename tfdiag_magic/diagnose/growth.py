@@ -52,6 +52,7 @@ def steady_growth(record: Record, values: np.ndarray) -> Growth | None:
 # A span shorter than this many steps, or with fewer samples, is not judged on its own.
 MIN_SPAN_STEPS = 20
 MIN_SPAN_SAMPLES = 8
+LATE_SAMPLES = 3  # the fewest samples a late slope is fitted through
 
 
 def growth_within(
@@ -63,8 +64,8 @@ def growth_within(
     skipped as its warm-up. With one span covering the run this is a plain least-squares fit.
 
     `total` and `steps` add up the spans' own rises and lengths; `late_per_step` is the slope
-    over the last third of each span. Spans too short to judge are left out; None when none
-    is left.
+    over the last third of each span (its last three samples where the third holds fewer).
+    Spans too short to judge are left out; None when none is left.
     """
     done = steps_done(record)
     if done is None or values.size < 8 or done.size != values.size:
@@ -92,7 +93,12 @@ def growth_within(
     late_parts = []
     for x, y, _ in parts:
         third = x >= x[0] + 2 * (x[-1] - x[0]) / 3
-        if third.sum() >= 3 and np.ptp(x[third]):
+        if third.sum() < LATE_SAMPLES:
+            # Samples come by time, not by steps: a short span may hold two in its last third
+            # of steps. Its last three samples (all in its second half: a part holds six or
+            # more) say whether it still rose at the end; too few would read as a stop.
+            third = np.arange(x.size) >= x.size - LATE_SAMPLES
+        if np.ptp(x[third]):
             late_parts.append((x[third], y[third]))
     late = _pooled_fit(late_parts)[0] if late_parts else 0.0
     first, last = parts[0], parts[-1]

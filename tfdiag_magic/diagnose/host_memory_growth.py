@@ -108,10 +108,12 @@ the model once, before the loop.
 ## Threshold
 At least 64 MiB of growth within the steady spans (each at least 20 steps long), R² ≥ 0.8
 against steps done, and the last third of each span still growing at half the overall rate or
-more. Two models fitted on `cache().prefetch()` datasets of 1,280 images (64 and 80 pixels)
-rose by steps over the whole run (185 MiB, R² 0.87: the old whole-run reading called it a
-leak) and stayed flat within each model's epochs after the first; the same cell with a
-callback keeping a 1-1.6 MiB kernel per batch grew 124-152 MiB within the spans (R² ≥ 0.94).
+more (a span's last three samples where its last third of steps holds fewer: samples come every
+50 ms, and one epoch of 94 steps over a filling cache held two there). Two models fitted on
+`cache().prefetch()` datasets of 1,280 images (64 and 80 pixels) rose by steps over the whole
+run (185 MiB, R² 0.87: the old whole-run reading called it a leak) and stayed flat within each
+model's epochs after the first; the same cell with a callback keeping a 1-1.6 MiB kernel per
+batch grew 124-152 MiB within the spans (R² ≥ 0.94).
 A TensorFlow process on this machine moves by a few MiB between samples while healthy
 (allocator caches), so 64 MiB is well clear of that. The same bar holds for the CPU
 allocator's bytes in use: in a healthy loop they return to the same level after every step.

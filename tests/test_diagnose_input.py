@@ -88,6 +88,58 @@ def test_input_bound_python_generator_augmenting_each_image(img):
     assert ev["steps"] == 47  # the steady steps: all but the first
 
 
+# The tf.data performance guide's benchmark (tensorflow/docs, data_performance.ipynb), as its
+# authors wrote it: a generator that sleeps 15 ms a sample, a map of 30 ms in `tf.py_function`,
+# and a 10 ms sleep standing for the training step. Nothing trains.
+TF_DATA_GUIDE = (
+    "import time\n"
+    "import tensorflow as tf\n"
+    "class ArtificialDataset(tf.data.Dataset):\n"
+    "    def _generator(num_samples):\n"
+    "        time.sleep(0.03)\n"
+    "        for sample_idx in range(num_samples):\n"
+    "            time.sleep(0.015)\n"
+    "            yield (sample_idx,)\n"
+    "    def __new__(cls, num_samples=3):\n"
+    "        return tf.data.Dataset.from_generator(\n"
+    "            cls._generator,\n"
+    "            output_signature=tf.TensorSpec(shape=(1,), dtype=tf.int64),\n"
+    "            args=(num_samples,))\n"
+    "def benchmark(dataset, num_epochs=2):\n"
+    "    for epoch_num in range(num_epochs):\n"
+    "        for sample in dataset:\n"
+    "            time.sleep(0.01)  # Performing a training step\n"
+    "def mapped_function(s):\n"
+    "    tf.py_function(lambda: time.sleep(0.03), [], ())\n"
+    "    return s\n"
+)
+
+
+def test_input_bound_in_the_tf_data_guides_benchmark_that_trains_nothing(ip):
+    # Its sequential map: the loop waited 74% of its time (36 ms a sample against its 10 ms
+    # sleep), and nothing was said, because only training steps were judged.
+    result, r = profiled(
+        ip, TF_DATA_GUIDE + "benchmark(ArtificialDataset(30).map(mapped_function))\n"
+    )
+    assert result.success
+    f = the(r, "input-bound")
+    ev = f.evidence
+    assert ev["trains"] is False and "training_steps_per_s" not in ev
+    assert ev["where"].endswith("for sample in dataset:")
+    assert ev["steps"] >= 50  # the inner loop's iterations, not the epochs' that hold them
+    assert ev["median_step_s"] >= 0.009  # the sleep standing for the step
+    assert ev["median_wait_s"] >= 0.03  # the generator's and the map's sleeps
+    assert ev["wait_share"] >= input_bound.MIN_SHARE
+    assert f.title.endswith("of the loop's time waits for input")
+    assert "mapped_function" in ev["pipeline"]["one_at_a_time"][0]
+    assert "num_parallel_calls=tf.data.AUTOTUNE" in f.fix
+    # The same loop over ready elements: the step sets the pace, nothing waits.
+    ready = "benchmark(tf.data.Dataset.range(60).batch(1).prefetch(tf.data.AUTOTUNE))\n"
+    result, r = profiled(ip, TF_DATA_GUIDE + ready)
+    assert result.success
+    assert_silent(r, "input-bound")
+
+
 @pytest.mark.parametrize(
     "loop",
     ["for xb, yb in ds.take(16):", "for step, (xb, yb) in enumerate(ds.take(16)):"],
@@ -1344,6 +1396,8 @@ def test_no_python_preprocessing_for_a_loop_that_waits_on_a_tf_data_pipelines_ma
     assert loop.iterations == 2000
     assert loop.wait >= max(0.5, 2 * loop.seconds), loop  # the pipeline's work, not the body's
     assert_silent(r, "python-preprocessing")
+    # Nothing trains, and the loop only reads its data: waiting is all it does.
+    assert_silent(r, "input-bound")
 
 
 SLEEPS = "import time\nfor sample in range(1000):\n    time.sleep(0.001)\n"

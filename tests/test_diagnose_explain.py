@@ -31,6 +31,7 @@ CODES = [
     "device-config-too-late",
     "nonfinite-loss",
     "no-learning",
+    "untracked-loss",
     "retracing",
     "eager-step",
     "repeated-keras-call",

@@ -432,6 +432,10 @@ class TrainedState:
     variables_last: int  # trainable variables at the end
     variables_new: int  # of those, the ones not there at first sight (built during the run)
     weights: int  # all of the model's weights at the end, trainable or not (optimizer: -1)
+    # model: the class of the code's that defines its `train_step` ("": Keras' own step)
+    custom_train_step: str = ""
+    # model: the "loss" its fits showed for each epoch (their `History`), at most SHOWN_LOSSES
+    shown_losses: tuple[float, ...] = ()
 
 
 @dataclass

@@ -22,6 +22,7 @@ RULE_MODULES: tuple[str, ...] = (
     "device_config_too_late",
     "nonfinite_loss",
     "no_learning",
+    "untracked_loss",
     "retracing",
     "eager_step",
     "repeated_keras_call",

@@ -7,7 +7,9 @@ call the recorder's `first_training` / `first_update`, which call the hooks this
 Each object is read at that first sight, before its first batch or update, and in `finish`;
 a model also at the end of each top-level `fit`, as code may set its weights back after
 training (the mixed-precision guide resets a model to its first weights to train it again
-another way): a variable changed at either read has changed. A read takes the optimizer's
+another way): a variable changed at either read has changed. At that end the fit's `History`
+gives the loss it showed for each epoch, and a model's first sight whether the code's own
+class defines its `train_step` (`untracked-loss`). A read takes the optimizer's
 `iterations` and a fingerprint of each trainable variable: a digest of its values, read to
 the host (inside a tf.function being traced, in the eager context that `tf.init_scope`
 gives). Variables over `FINGERPRINT_ELEMENTS` elements, or past `READ_ELEMENTS` elements an
@@ -24,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ from ..recorder import Recorder
 FINGERPRINT_ELEMENTS = 1 << 22  # 16 MiB of float32: read to the host once at each end
 READ_ELEMENTS = 1 << 24  # elements read in all for one object, at one end
 WATCHED = 32
+SHOWN_LOSSES = 1000  # a model's epoch losses kept from its fits' History
 
 
 @dataclass
@@ -48,6 +51,8 @@ class _Watched:
     variables: list[tuple[weakref.ref[Any], bytes | None]]  # each with its fingerprint
     # Each variable's fingerprint at the end of the latest fit (by id), for a model
     after_fit: dict[int, bytes | None] | None = None
+    custom_train_step: str = ""  # a model's class of the code's that defines `train_step`
+    shown_losses: list[float] = field(default_factory=list)  # its fits' History "loss"
 
 
 class LearningProbe:
@@ -96,6 +101,7 @@ class LearningProbe:
                     optimizer_class=type(optimizer).__name__ if optimizer is not None else "",
                     iterations=_iterations(optimizer),
                     variables=_fingerprints(list(model.trainable_variables)),
+                    custom_train_step=_train_step_owner(model),
                 )
             )
         except Exception:  # never the user's run's problem
@@ -115,6 +121,7 @@ class LearningProbe:
                     }
                 except Exception:  # never the user's run's problem
                     each.after_fit = None
+                _note_shown_losses(each, model)
                 return
 
     def _optimizer_seen(self, optimizer: Any, variables: Any) -> None:
@@ -182,7 +189,31 @@ def _final(watched: _Watched, batches: dict[Any, int]) -> TrainedState | None:
         variables_last=len(last),
         variables_new=sum(1 for variable in last if id(variable) not in known),
         weights=weights,
+        custom_train_step=watched.custom_train_step,
+        shown_losses=tuple(watched.shown_losses),
     )
+
+
+def _note_shown_losses(watched: _Watched, model: Any) -> None:
+    """Keep the "loss" the fit that just ended showed for each of its epochs: what its
+    `History` callback (`model.history`, set by Keras for each fit) holds."""
+    try:
+        losses = model.history.history.get("loss") or []
+        room = SHOWN_LOSSES - len(watched.shown_losses)
+        watched.shown_losses.extend(float(value) for value in list(losses)[:room])
+    except Exception:  # no History, or values that are no numbers: nothing shown to note
+        return
+
+
+def _train_step_owner(model: Any) -> str:
+    """The name of the first class of the model's, outside Keras, that defines `train_step`
+    ("" where only Keras' own classes do)."""
+    for cls in type(model).__mro__:
+        if str(getattr(cls, "__module__", "")).split(".")[0] == "keras":
+            return ""
+        if "train_step" in vars(cls):
+            return cls.__qualname__
+    return ""
 
 
 def _fingerprints(variables: list[Any]) -> list[tuple[weakref.ref[Any], bytes | None]]:

@@ -1,0 +1,95 @@
+"""untracked-loss: a custom `train_step` written for Keras 2, whose loss Keras 3's `fit` shows as 0.
+
+The step returns `{"loss": loss}`, names that are exactly the model's metrics' after
+`compile(loss=...)`; Keras 3 then shows its own loss tracker, which the step never updates. The
+finding rests on what `fit` showed (its `History`, read when each fit ends) against what the
+steps returned (read by the tool at each step), never on the step's text. The same model with
+the step keras-io writes for Keras 3, or returning another name, stays silent, as does Keras'
+own step.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.diagnosis_support import assert_silent, the
+from tests.helpers import profiled
+
+CODE = "untracked-loss"
+
+MODEL = """
+import numpy as np, tensorflow as tf, keras
+rng = np.random.default_rng(0)
+x = rng.normal(size=(256, 8)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+class Regressor(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(1)
+    def call(self, inputs, training=False):
+        return self.out(self.hidden(inputs))
+    @tf.function
+    def train_step(self, data):
+        inputs, labels = data
+        with tf.GradientTape() as tape:
+            predictions = self(inputs, training=True)
+            loss = self.loss(labels, predictions)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+{end_of_step}
+model = Regressor()
+model.compile(optimizer="adam", loss=keras.losses.MeanSquaredError())
+history = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+"""
+
+# The TensorFlow text-generation tutorial's `CustomTraining.train_step` ends so.
+KERAS_2_END = "        return {'loss': loss}"
+# keras-io's "Customizing what happens in fit()" for Keras 3.
+KERAS_3_END = """\
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(labels, predictions)
+        return {m.name: m.result() for m in self.metrics}"""
+OTHER_NAME_END = "        return {'train_loss': loss}"
+
+
+def test_a_keras_2_train_step_whose_loss_fit_shows_as_zero(ip):
+    result, r = profiled(ip, MODEL.format(end_of_step=KERAS_2_END))
+    assert result.success
+    assert ip.user_ns["history"].history["loss"] == [0.0, 0.0]  # what Keras 3 showed
+    f = the(r, CODE)
+    ev = f.evidence
+    assert f.severity == "warning"
+    assert ev["train_step_of"] == "Regressor"
+    assert ev["epochs_shown"] == 2 and ev["fits"] == 1
+    assert ev["steps"] == 16  # 256 samples in batches of 32, two epochs
+    assert ev["returned_loss_min"] > 0  # a mean squared error of sums of 8 normals
+    assert ev["returned_loss_median"] > 0.5
+    assert "each of its 2 epochs" in f.title
+    assert "`Regressor.train_step`" in f.detail
+
+
+@pytest.mark.parametrize(
+    "end_of_step", [KERAS_3_END, OTHER_NAME_END], ids=["metrics-updated", "another-name"]
+)
+def test_a_train_step_whose_loss_fit_shows_stays_silent(ip, end_of_step):
+    result, r = profiled(ip, MODEL.format(end_of_step=end_of_step))
+    assert result.success
+    shown = ip.user_ns["history"].history
+    # What fit showed is the loss: the same steps that went unshown above, shown.
+    loss_key = "loss" if "loss" in shown else "train_loss"
+    assert all(value > 0 for value in shown[loss_key]), shown
+    assert_silent(r, CODE)
+
+
+def test_keras_own_train_step_stays_silent(ip):
+    cell = MODEL.replace("    @tf.function\n    def train_step", "    def _unused_step").format(
+        end_of_step=KERAS_2_END
+    )
+    result, r = profiled(ip, cell)
+    assert result.success
+    assert ip.user_ns["history"].history["loss"][-1] > 0
+    assert_silent(r, CODE)

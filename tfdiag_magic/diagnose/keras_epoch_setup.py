@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ..findings import Finding
-from ..fit_epochs import fit_epochs
+from ..fit_epochs import EpochSetup, fit_epochs
 from ..record import Record
 from ..rewrite import datasets_built_once
 from ..units import seconds, share
+from .dataset_facts import iterates_across_devices
 from .epoch_start_stall import measured_starts
 from .evidence import call_label, first_rewrite, rounded, with_rewrite
 
@@ -49,13 +50,19 @@ and 1.1 times with its datasets built once (41 against 36 ms); measured again on
 against 25-27 ms), and 2.7-4.3 times beside a CPU hog: the fix leaves it silent, with margin,
 where twice the training (the bar before) missed the unfixed cell in quiet runs. A set-up of
 0.5 s an epoch or more, ten times what Keras' own takes on a CPU, is judged by its share of
-the run alone (1 s and 25%): a `MirroredStrategy` fit over a dataset (the distributed-training
+the run alone (1 s and 25%), and so is one of 0.2 s or more in a fit over a distributed or
+copy-to-device dataset, whose iterators over the devices start again each epoch, asleep while
+they do: a `MirroredStrategy` fit over a dataset (the distributed-training
 tutorial's, 12 epochs on two logical CPUs) spent 3.6 s an epoch between epochs against 2.3 s of
 training, 57% of the run, in the restart of each epoch's distributed iterator; `repeat()` with
 `steps_per_epoch` halved the fit (71-102 s to 35-42 s). A review's runs of it, with 6,000
 images, spent 1.5-2.2 s an epoch against 3.0 s of training, 29-39% of the run, and were silent
 at a bar of the epoch's training; its fits took 63-117 s as written and 22-83 s with the fix
-(medians 70 and 42 s, beside other programs' work). What is not Keras' own is left out of
+(medians 70 and 42 s, beside other programs' work). A later review's runs of it (12 epochs
+of 60 batches) spent 0.39-1.03 s an epoch between epochs against 0.64-1.15 s of training,
+28-39% of the run, the thread asleep for about 1 s of each epoch's start (0.05 s on a CPU), and
+fired in one run of three at 0.5 s; `repeat()` with `steps_per_epoch` took its fit from
+13.5-17.6 s to 8.2 s. What is not Keras' own is left out of
 the set-up: the validation steps, every callback's batch hooks and the callbacks'
 `on_epoch_begin/end` (a checkpoint saved, a plot drawn each epoch), whose time the tool
 measures.
@@ -69,6 +76,9 @@ MIN_SETUP_TO_WORK = 1.5  # the set-up of an epoch against its training steps' ti
 # is judged by its share of the run alone (see the threshold).
 LONG_SETUP_S = 0.5
 MIN_LONG_SETUP_TO_WORK = 0.0
+# A fit over a distributed (or copy-to-device) dataset restarts its devices' iterators each
+# epoch, asleep while they start: from this set-up an epoch it is judged by its share alone.
+DISTRIBUTED_SETUP_S = 0.2
 
 
 def check(record: Record, source: str | None) -> Finding | None:
@@ -95,7 +105,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     per_epoch = setup / boundaries
     work_per_epoch = train_time / epochs
     wall = record.wall_time
-    needed = MIN_LONG_SETUP_TO_WORK if per_epoch >= LONG_SETUP_S else MIN_SETUP_TO_WORK
+    across = [fit for fit in fits if iterates_across_devices(record, fit.call)]
+    long_setup = DISTRIBUTED_SETUP_S if across else LONG_SETUP_S
+    needed = MIN_LONG_SETUP_TO_WORK if per_epoch >= long_setup else MIN_SETUP_TO_WORK
     if setup < MIN_SECONDS or setup < MIN_RUN_SHARE * wall or per_epoch < needed * work_per_epoch:
         return None
     kinds = sorted({fit.call.data for fit in fits})
@@ -113,6 +125,10 @@ def check(record: Record, source: str | None) -> Finding | None:
         "epoch_callbacks_s": rounded(record.epoch_hook_seconds),
         "data": kinds,
     }
+    slept = _asleep_at_distributed_starts(record, across)
+    if across:
+        evidence["distributed_iterator"] = True
+        evidence["asleep_at_epoch_starts_s"] = rounded(slept) if slept == slept else None
     if in_memory:
         fix = (
             "Build the tf.data datasets once and pass them to fit:"
@@ -139,9 +155,9 @@ def check(record: Record, source: str | None) -> Finding | None:
             f"The fit at {evidence['calls'][0]}"
             + (f" and {len(fits) - 1} more" if len(fits) > 1 else "")
             + f": {epochs} epochs of about {steps_per_epoch:.0f} training batches each"
-            f" ({', '.join(kinds)} data): between epochs, {seconds(setup)} went to Keras"
-            " building each epoch's iterators, logs and history (validation steps and callbacks"
-            " left out)."
+            f" ({', '.join(kinds)} data): between epochs, {seconds(setup)} went to"
+            + (_distributed_setup(slept) if across else _own_setup())
+            + " (validation steps and callbacks left out)."
         ),
         fix=fix,
         evidence=evidence,
@@ -156,3 +172,35 @@ def check(record: Record, source: str | None) -> Finding | None:
             return finding  # fits whose data Keras casts unlike: no one rewrite matches them
         facts[side] = casts.pop()
     return with_rewrite(finding, source, first_rewrite(source, (datasets_built_once, facts)))
+
+
+def _own_setup() -> str:
+    return " Keras building each epoch's iterators, logs and history"
+
+
+def _distributed_setup(slept: float) -> str:
+    """What the set-up of a fit over a distributed dataset went to, with the time its
+    epochs' starts slept where the kernel counted it."""
+    text = " Keras restarting the distributed iterator over the devices at each epoch's start"
+    if slept == slept and slept > 0:
+        text += (
+            f"; {seconds(slept)} of it the thread slept at those starts (neither running nor"
+            " waiting for a CPU) while the devices' iterators started"
+        )
+    return text
+
+
+def _asleep_at_distributed_starts(record: Record, fits: list[EpochSetup]) -> float:
+    """Seconds the run's thread slept at the starts of the epochs after the first of `fits`
+    (NaN where the kernel kept no per-thread counts)."""
+    slept = 0.0
+    for fit in fits:
+        end = fit.call.start + fit.call.duration
+        starts = [
+            s
+            for s in record.epoch_starts
+            if fit.call.start <= s.time <= end and not s.validation and not s.fit_end
+        ]
+        for start in starts[1:]:
+            slept += start.asleep
+    return slept

@@ -216,6 +216,27 @@ def profile_script(
     return result, error
 
 
+PROFILE_OPTIONS = ("--json", "--html", "--tensorboard", "--chrome-trace", "--no-loops", "--ops")
+
+
+def _note_our_options_after_the_script(script_args: list[str], script: str) -> None:
+    """Say, after the report, where an option of ours given after the script went: to the
+    script, as everything after its name does (as with `python -m cProfile`)."""
+    ours = [
+        arg
+        for arg in script_args
+        if any(arg == option or arg.startswith(option + "=") for option in PROFILE_OPTIONS)
+    ]
+    if ours:
+        print(
+            f"tfdiag_magic: {', '.join(ours)} came after the script's name, so the script was"
+            " given it (everything after the script's name is the script's); to give it to"
+            f" tfdiag_magic, put it before: python -m tfdiag_magic profile {ours[0]} ..."
+            f" {script}",
+            file=sys.stderr,
+        )
+
+
 def _main_module(path: str) -> types.ModuleType:
     """A real ``__main__`` module with the names Python gives a script's.
 
@@ -374,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.html:
                 html_path = _output_path(args.html, script, worker, ".tfdiag.html")
             status = _report(result, error, json_path, html_path)
+            _note_our_options_after_the_script(args.args, args.script)
             if args.tensorboard:
                 _write_report("TensorBoard scalars", Path(args.tensorboard), result.to_tensorboard)
             if args.chrome_trace:

@@ -70,6 +70,13 @@ def test_a_keras_2_train_step_whose_loss_fit_shows_as_zero(ip):
     assert ev["returned_loss_median"] > 0.5
     assert "each of its 2 epochs" in f.title
     assert "`Regressor.train_step`" in f.detail
+    # The rewrite feeds the loss to the model's metrics: fit shows it, and nothing is found.
+    assert "metric.update_state(loss)" in f.rewrite
+    result, fixed = profiled(ip, f.rewrite)
+    assert result.success
+    shown = ip.user_ns["history"].history["loss"]
+    assert shown[0] > shown[1] > 0, shown  # the loss, falling as the model learns
+    assert_silent(fixed, CODE)
 
 
 @pytest.mark.parametrize(

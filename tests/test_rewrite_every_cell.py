@@ -27,6 +27,7 @@ from . import (
     test_rewrite_pipeline,
     test_rewrite_precision_memory,
     test_rewrite_retracing,
+    test_rewrite_tracked_loss,
     test_rewrite_vectorise,
 )
 
@@ -167,6 +168,7 @@ def _cells() -> list[str]:
         test_rewrite_pipeline,
         test_rewrite_precision_memory,
         test_rewrite_retracing,
+        test_rewrite_tracked_loss,
         test_rewrite_vectorise,
     ):
         cells += [v for k, v in vars(module).items() if k.endswith("_CELL") and isinstance(v, str)]
@@ -194,6 +196,7 @@ REWRITES = {
     "mixed_precision": {},
     "gradient_accumulation": {"steps": 4},
     "train_on_batch_in_loop": {},
+    "feed_loss_to_metrics": {"train_step_of": "Custom"},
 }
 
 

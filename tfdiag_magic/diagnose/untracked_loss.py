@@ -6,7 +6,8 @@ import numpy as np
 
 from ..findings import Finding
 from ..record import Phase, Record, TrainedState
-from .evidence import rounded
+from ..rewrite import feed_loss_to_metrics
+from .evidence import first_rewrite, rounded, with_rewrite
 
 CODE = "untracked-loss"
 TITLE = "Keras shows a loss of 0 that the train_step never reports to it"
@@ -61,7 +62,6 @@ MIN_STEPS = 3
 
 
 def check(record: Record, source: str | None) -> Finding | None:
-    del source
     for state in record.trained:
         if state.kind != "model" or not state.custom_train_step or not state.shown_losses:
             continue
@@ -69,7 +69,9 @@ def check(record: Record, source: str | None) -> Finding | None:
         returned, fits = _fit_losses(record, state.name)
         returned = returned[np.isfinite(returned)]
         if np.all(shown == 0.0) and np.count_nonzero(returned) >= MIN_STEPS:
-            return _finding(state, returned, fits)
+            finding = _finding(state, returned, fits)
+            attempt = (feed_loss_to_metrics, {"train_step_of": state.custom_train_step})
+            return with_rewrite(finding, source, first_rewrite(source, attempt))
     return None
 
 

@@ -24,6 +24,7 @@ lines of the source given (that line included, when there is one).
 - larger_batch / steps_per_execution: more work per step
 - tune_input_pipeline: parallel map/interleave, final prefetch
 - vectorise_element_loop: element-by-element NumPy loops
+- feed_loss_to_metrics: a Keras 2 `train_step`'s loss fed to Keras 3's metrics
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ input_signature = _deferred("input_signature", "retracing")
 reduce_retracing = _deferred("reduce_retracing", "retracing")
 scalars_to_tensors = _deferred("scalars_to_tensors", "retracing")
 vectorise_element_loop = _deferred("vectorise_element_loop", "vectorise")
+feed_loss_to_metrics = _deferred("feed_loss_to_metrics", "tracked_loss")
 
 __all__ = [
     "MEMORY_GROWTH_CELL",
@@ -81,6 +83,7 @@ __all__ = [
     "compile_once",
     "datasets_built_once",
     "detach_appends",
+    "feed_loss_to_metrics",
     "fit_once",
     "gradient_accumulation",
     "hoist_function",

@@ -1,0 +1,53 @@
+"""The rewrite of `untracked-loss`: a Keras 2 `train_step`'s returned loss fed to Keras 3's metrics.
+
+What the rewritten step does under Keras 3 is `tests/test_diagnose_untracked_loss.py`'s; here,
+which code it touches: the named class's own `train_step` only, and only its returns of a
+one-entry ``{"loss": ...}`` dict.
+"""
+
+from __future__ import annotations
+
+from tfdiag_magic.rewrite import feed_loss_to_metrics
+
+TWO_MODELS_CELL = """\
+import tensorflow as tf, keras
+class Generator(keras.Model):
+    def train_step(self, data):
+        return {"loss": 0.0}
+class Custom(keras.Model):
+    def train_step(model, data):
+        def helper():
+            return {"loss": 1.0}  # a function of its own: left alone
+        loss = self.loss(data[1], model(data[0]))
+        if loss > 100:
+            return {"loss": loss * 2}
+        # the end of the step
+        return {'loss': loss}
+"""
+
+
+def test_only_the_named_classs_step_and_its_own_loss_returns_are_rewritten():
+    new = feed_loss_to_metrics(TWO_MODELS_CELL, "Custom")
+    assert new is not None
+    compile(new, "<cell>", "exec")
+    # The other class's step, and the nested function's return, as they were.
+    assert (
+        "class Generator(keras.Model):\n"
+        "    def train_step(self, data):\n"
+        '        return {"loss": 0.0}' in new
+    )
+    assert '            return {"loss": 1.0}  # a function of its own: left alone' in new
+    # Both returns of the step, each its own loss, through the method's own first parameter.
+    assert "                metric.update_state(loss * 2)\n" in new
+    assert "        # the end of the step\n        for metric in model.metrics:\n" in new
+    assert (
+        '            if metric.name == "loss":\n                metric.update_state(loss)\n' in new
+    )
+    assert new.count("return {m.name: m.result() for m in model.metrics}") == 2
+
+
+def test_a_step_that_returns_more_than_its_loss_or_no_such_class_is_left_alone():
+    more = TWO_MODELS_CELL.replace("return {'loss': loss}", "return {'loss': loss, 'mae': loss}")
+    more = more.replace('return {"loss": loss * 2}', "return {'total': loss}")
+    assert feed_loss_to_metrics(more, "Custom") is None
+    assert feed_loss_to_metrics(TWO_MODELS_CELL, "Missing") is None

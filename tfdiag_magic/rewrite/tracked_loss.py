@@ -1,0 +1,97 @@
+"""A Keras 2 `train_step` made to report its loss under Keras 3 (`untracked-loss`).
+
+A step that ends ``return {"loss": loss}`` returns names that are exactly the model's metrics'
+after ``compile(loss=...)``, and Keras 3's `fit` shows those metrics (its own loss tracker) in
+their place, which the step never updates. The rewrite feeds the loss to the metric named
+"loss" and returns the metrics' results, as keras-io's Keras 3 guide to customizing `fit`
+does:
+
+    for metric in self.metrics:
+        if metric.name == "loss":
+            metric.update_state(loss)
+    return {m.name: m.result() for m in self.metrics}
+
+Only the `train_step` of the class the diagnosis named, and only its own ``return`` statements
+of a one-entry dict keyed ``"loss"`` (not those of functions defined inside it).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .common import Cell, parse_stmts, rewrite_cell, walk_skipping_defs
+
+
+def feed_loss_to_metrics(source: str, train_step_of: str) -> str | None:
+    """The cell with `train_step_of`'s `train_step` feeding its loss to the model's metrics;
+    None where that class, its step or such a return is not in the cell."""
+    return rewrite_cell(source, lambda cell: _transform(cell, train_step_of))
+
+
+def _transform(cell: Cell, class_name: str) -> cst.Module | None:
+    step = _train_step(cell.module, class_name.rsplit(".", 1)[-1])
+    if step is None or not step.params.params:
+        return None
+    model = step.params.params[0].name.value  # `self`, as the method calls it
+    returns = [
+        node
+        for node in walk_skipping_defs(step.body)
+        if isinstance(node, cst.SimpleStatementLine)
+        and len(node.body) == 1
+        and _returned_loss(node.body[0]) is not None
+    ]
+    if not returns:
+        return None
+    replaced = {
+        line: _feeding(model, _returned_loss(line.body[0]), line)  # type: ignore[arg-type]
+        for line in returns
+    }
+    new_step = step.visit(_Replace(replaced))
+    return cell.module.deep_replace(step, new_step)  # type: ignore[return-value]
+
+
+def _train_step(module: cst.Module, class_name: str) -> cst.FunctionDef | None:
+    for node in walk_skipping_defs(module):
+        if isinstance(node, cst.ClassDef) and node.name.value == class_name:
+            for statement in node.body.body:
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == "train_step":
+                    return statement
+    return None
+
+
+def _returned_loss(statement: cst.BaseSmallStatement) -> cst.BaseExpression | None:
+    """The loss of ``return {"loss": EXPR}``, else None."""
+    if not isinstance(statement, cst.Return) or not isinstance(statement.value, cst.Dict):
+        return None
+    elements = statement.value.elements
+    if len(elements) != 1 or not isinstance(elements[0], cst.DictElement):
+        return None
+    key = elements[0].key
+    if not isinstance(key, cst.SimpleString) or key.evaluated_value != "loss":
+        return None
+    return elements[0].value
+
+
+def _feeding(
+    model: str, loss: cst.BaseExpression, line: cst.SimpleStatementLine
+) -> cst.FlattenSentinel[cst.BaseStatement]:
+    loss_code = cst.Module([]).code_for_node(loss)
+    statements = parse_stmts(
+        f"for metric in {model}.metrics:\n"
+        f'    if metric.name == "loss":\n'
+        f"        metric.update_state({loss_code})\n"
+        f"return {{m.name: m.result() for m in {model}.metrics}}\n"
+    )
+    first = statements[0].with_changes(leading_lines=line.leading_lines)
+    return cst.FlattenSentinel([first, *statements[1:]])
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replaced: dict[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]):
+        super().__init__()
+        self._replaced = replaced
+
+    def leave_SimpleStatementLine(  # noqa: N802 (libcst's name)
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        return self._replaced.get(original, updated)

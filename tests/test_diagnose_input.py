@@ -138,6 +138,13 @@ def test_input_bound_in_the_tf_data_guides_benchmark_that_trains_nothing(ip):
     result, r = profiled(ip, TF_DATA_GUIDE + ready)
     assert result.success
     assert_silent(r, "input-bound")
+    # A few samples looked at, from the slow pipeline: they wait most of their short loop.
+    look = "benchmark(ArtificialDataset(9).map(mapped_function), num_epochs=1)\n"
+    result, r = profiled(ip, TF_DATA_GUIDE + look)
+    assert result.success
+    inner = next(loop for loop in r.record.loops if loop.source.startswith("for sample in"))
+    assert inner.iterations == 9 and inner.wait > inner.seconds, inner
+    assert_silent(r, "input-bound")
 
 
 @pytest.mark.parametrize(

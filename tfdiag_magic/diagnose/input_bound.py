@@ -44,9 +44,10 @@ cannot keep up with the model. Measured during the run, as a share of training t
   guide's benchmark, whose `time.sleep(0.01)` stands for the step), the innermost loops over a
   `tf.data` dataset or that call functions are judged the same way, their function calls (or,
   without any, their iterations) as the steps, and only where their bodies work for at least a
-  tenth of the loop's time: a loop that only reads its data (`for x in ds: n += 1`) waits for
-  nearly all of it by design. (The guide's sequential map waited 74% of its loop here: 36 ms a
-  sample against its 10 ms sleep.);
+  tenth of the loop's time and its waits beyond a ready batch add up to 1 s or more: a loop
+  that only reads its data (`for x in ds: n += 1`) waits for nearly all of it by design, and a
+  few batches drawn or printed may wait half their short loop. (The guide's sequential map
+  waited 74% of its loop here: 36 ms a sample against its 10 ms sleep.);
 - for `fit` on a `tf.data` dataset, and on a Python generator or `keras.utils.PyDataset` (which
   Keras wraps in a `tf.data` pipeline): tf.data's own model of the live iterator records the gap
   between consecutive requests for the next batch (the time the training loop spent
@@ -157,6 +158,9 @@ MIN_WAIT = 0.2
 # to count: a loop that only reads its data (a pipeline's benchmark, `for x in ds: n += 1`)
 # waits for nearly all of it by design.
 MIN_WORK_SHARE = 0.1
+# ...and waits of at least a second beyond a ready batch: nine images drawn from a decoding
+# pipeline (`for image, label in ds.take(9): plt.imshow(image)`) may wait half their loop.
+MIN_UNTRAINED_WAIT = 1.0
 # next() on a ready local iterator: 0.1-0.3 ms measured. A healthy prefetched loop of 0.5 ms
 # steps (767 steps) read 1-3% of its time beyond 1 ms quiet and 9-10% beside three CPU hogs (its
 # waits' median 0.23 ms, 90th percentile 0.27-0.46 ms); the tf.data guide's naive pipeline (a
@@ -223,8 +227,10 @@ def _loop_waits(record: Record, source: str | None) -> Finding | None:
         count += int(left_count)
     if excess < MIN_WAIT or excess < MIN_SHARE * (wait + busy):
         return None
-    if not trains and busy < MIN_WORK_SHARE * (wait + busy):
-        return None  # a loop that only reads its data: waiting is all it has to do
+    if not trains and (busy < MIN_WORK_SHARE * (wait + busy) or excess < MIN_UNTRAINED_WAIT):
+        # A loop that only reads its data: waiting is all it has to do. Or a short one (a
+        # few batches looked at, drawn): what it waited is no pipeline's problem.
+        return None
     loop = int(np.bincount(loop_ids[loop_ids >= 0]).argmax()) if (loop_ids >= 0).any() else -1
     where = loop_label(record, loop)
     data_rate = count / wait

@@ -100,3 +100,49 @@ def test_keras_own_train_step_stays_silent(ip):
     assert result.success
     assert ip.user_ns["history"].history["loss"][-1] > 0
     assert_silent(r, CODE)
+
+
+# keras-io's "Customizing what happens in fit()" as written for Keras 2.
+KERAS_2_GUIDE = """
+import numpy as np, tensorflow as tf, keras
+class CustomModel(keras.Model):
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compiled_loss(y, y_pred, regularization_losses=self.losses)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        self.compiled_metrics.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+inputs = keras.Input(shape=(32,))
+outputs = keras.layers.Dense(1)(inputs)
+model = CustomModel(inputs, outputs)
+model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+rng = np.random.default_rng(0)
+x = rng.random((1000, 32)); y = rng.random((1000, 1))
+history = model.fit(x, y, epochs=3, verbose=0)
+true_mse = float(np.mean((model.predict(x, verbose=0) - y) ** 2))
+mean_output = float(np.mean(model.predict(x, verbose=0)))
+"""
+
+
+def test_a_keras_2_guides_step_shows_the_mean_of_the_outputs_as_its_loss(ip):
+    result, r = profiled(ip, KERAS_2_GUIDE)
+    assert result.success
+    ns = ip.user_ns
+    shown = ns["history"].history["loss"]
+    # What Keras 3 showed: nearer the outputs' mean than the loss (the premise, measured).
+    assert abs(shown[-1] - ns["mean_output"]) < abs(shown[-1] - ns["true_mse"]), (shown, ns)
+    f = the(r, CODE)
+    assert f.title == "Keras shows the mean of the model's outputs as its loss"
+    ev = f.evidence
+    assert ev["train_step_of"] == "CustomModel" and ev["epochs_shown"] == 3
+    assert ev["shown_loss_last"] == pytest.approx(shown[-1], rel=1e-3)
+    assert ev["warning"].startswith("`model.compiled_metrics()` is deprecated")
+    # The rewrite feeds the loss itself: fit shows the loss, and nothing is found.
+    result, fixed = profiled(ip, f.rewrite)
+    assert result.success
+    shown = ns["history"].history["loss"]
+    assert abs(shown[-1] - ns["true_mse"]) < abs(shown[-1] - ns["mean_output"]), (shown, ns)
+    assert_silent(fixed, CODE)

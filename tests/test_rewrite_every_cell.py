@@ -197,6 +197,7 @@ REWRITES = {
     "gradient_accumulation": {"steps": 4},
     "train_on_batch_in_loop": {},
     "feed_loss_to_metrics": {"train_step_of": "Custom"},
+    "metrics_fed_by_hand": {"train_step_of": "CustomModel"},
 }
 
 

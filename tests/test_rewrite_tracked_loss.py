@@ -7,7 +7,7 @@ one-entry ``{"loss": ...}`` dict.
 
 from __future__ import annotations
 
-from tfdiag_magic.rewrite import feed_loss_to_metrics
+from tfdiag_magic.rewrite import feed_loss_to_metrics, metrics_fed_by_hand
 
 TWO_MODELS_CELL = """\
 import tensorflow as tf, keras
@@ -51,3 +51,35 @@ def test_a_step_that_returns_more_than_its_loss_or_no_such_class_is_left_alone()
     more = more.replace('return {"loss": loss * 2}', "return {'total': loss}")
     assert feed_loss_to_metrics(more, "Custom") is None
     assert feed_loss_to_metrics(TWO_MODELS_CELL, "Missing") is None
+
+
+KERAS_2_GUIDE_CELL = """\
+class CustomModel(keras.Model):
+    def train_step(self, data):
+        x, y, sw = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compiled_loss(y, y_pred, sample_weight=sw)
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, self.weights), self.weights))
+        # Update the metrics
+        self.compiled_metrics.update_state(y, y_pred, sample_weight=sw)
+        return {m.name: m.result() for m in self.metrics}
+"""
+
+
+def test_the_compiled_metrics_shim_is_replaced_by_metrics_fed_by_hand():
+    new = metrics_fed_by_hand(KERAS_2_GUIDE_CELL, "CustomModel")
+    assert new is not None
+    compile(new, "<cell>", "exec")
+    assert "compiled_metrics" not in new
+    assert (
+        "        # Update the metrics\n"
+        "        for metric in self.metrics:\n"
+        '            if metric.name == "loss":\n'
+        "                metric.update_state(loss)\n"
+        "            else:\n"
+        "                metric.update_state(y, y_pred, sample_weight=sw)\n"
+    ) in new
+    # Without a name for the loss there is nothing to feed the loss metric.
+    unnamed = KERAS_2_GUIDE_CELL.replace("loss = self.compiled_loss", "self.compiled_loss")
+    assert metrics_fed_by_hand(unnamed, "CustomModel") is None

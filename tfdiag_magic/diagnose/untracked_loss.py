@@ -1,16 +1,16 @@
-"""untracked-loss: `fit` shows a loss of 0 that a custom `train_step` never fed to Keras."""
+"""untracked-loss: the loss `fit` shows is not the loss a custom `train_step` computed."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..findings import Finding
-from ..record import Phase, Record, TrainedState
-from ..rewrite import feed_loss_to_metrics
+from ..record import Phase, Record, TrainedState, WarningRecord
+from ..rewrite import feed_loss_to_metrics, metrics_fed_by_hand
 from .evidence import first_rewrite, rounded, with_rewrite
 
 CODE = "untracked-loss"
-TITLE = "Keras shows a loss of 0 that the train_step never reports to it"
+TITLE = "Keras shows a loss that is not the one the train_step computed"
 DOC = """\
 ## What it detects
 A model whose class overrides `train_step` was trained with `fit`, and `fit` showed a loss of
@@ -25,6 +25,15 @@ its loss with `self.loss(...)` or `self.compiled_loss(...)`, returns `{"loss": l
 updates that tracker: `fit`'s progress bar, its `History`, and every callback read the
 tracker's empty mean, 0.0, on every step, while the model trains.
 
+The same step written after keras-io's Keras 2 guide (`loss = self.compiled_loss(y, y_pred)`,
+`self.compiled_metrics.update_state(y, y_pred)`, `return {m.name: m.result() for m in
+self.metrics}`) returns the metrics' results, but Keras 3 keeps `compiled_metrics` only as a
+shim (it warns that `model.compiled_metrics()` is deprecated), which gives every `Mean` among
+the model's metrics the predictions alone (`_compiled_metrics_update_state`): the loss tracker
+is one, so the loss shown is the running mean of the model's outputs. Measured here with the
+guide's model: `fit` showed 0.498, 0.493, 0.490 while the model's mean squared error was 0.176
+and its mean output 0.504; with the metrics fed by hand it showed 0.207, 0.194, 0.183.
+
 ## Why it hurts
 The training cannot be followed: the loss shown never moves, so a diverging or stalled run
 looks the same as a good one, and callbacks that watch `loss` (`EarlyStopping`,
@@ -34,7 +43,8 @@ Keras 2 showed the returned value, so code that worked there goes silent after a
 ## Evidence we show
 The model, the class whose `train_step` it runs, the epochs whose loss `fit` showed as 0 (read
 from its `History` when it ended), and the losses the steps themselves returned (the tool reads
-each step's returned value): how many, their median, least and greatest.
+each step's returned value): how many, their median, least and greatest. For the shim: Keras'
+warning, given while a training step of the model traced, and the first and last loss shown.
 
 ## Fix
 Feed the step's loss to the model's metrics and return their results, as keras-io's
@@ -48,17 +58,24 @@ for metric in self.metrics:
 return {m.name: m.result() for m in self.metrics}
 ```
 Or return the loss under a name that is no metric's (`{"train_loss": loss}`): `fit` then shows
-what the step returned.
+what the step returned. For the shim, the same loop in place of
+`self.compiled_metrics.update_state(y, y_pred)`. The rewrite does either in the named class's
+`train_step`.
 
 ## Threshold
 A `train_step` defined by the code's own class (not Keras'), every epoch of the model's fits
 shown with a loss of exactly 0, and at least 3 of its fits' steps returning a loss that is not
 0. Measured with Keras 3.15: the TensorFlow text-generation tutorial's step showed 0.0000e+00
 for each epoch while it returned about 4.0. Steps of `train_on_batch` do not count: it
-returns what the step returns.
+returns what the step returns. The shim: Keras' warning given while one of the model's fits'
+training steps ran (its train function tracing the step; a `test_step` traces at validation),
+3 steps or more, and the model's class defining `train_step`: the shim feeds the loss tracker
+whenever the model was compiled with a loss, which its "loss" in `History` shows it was.
 """
 
 MIN_STEPS = 3
+# What Keras 3 warns when a step calls `self.compiled_metrics.update_state(y, y_pred)`.
+SHIM_WARNING = "`model.compiled_metrics()` is deprecated"
 
 
 def check(record: Record, source: str | None) -> Finding | None:
@@ -66,17 +83,26 @@ def check(record: Record, source: str | None) -> Finding | None:
         if state.kind != "model" or not state.custom_train_step or not state.shown_losses:
             continue
         shown = np.asarray(state.shown_losses, dtype=np.float64)
-        returned, fits = _fit_losses(record, state.name)
+        returned, fits, rows = _fit_losses(record, state.name)
         returned = returned[np.isfinite(returned)]
+        step_of = {"train_step_of": state.custom_train_step}
         if np.all(shown == 0.0) and np.count_nonzero(returned) >= MIN_STEPS:
             finding = _finding(state, returned, fits)
-            attempt = (feed_loss_to_metrics, {"train_step_of": state.custom_train_step})
-            return with_rewrite(finding, source, first_rewrite(source, attempt))
+            return with_rewrite(
+                finding, source, first_rewrite(source, (feed_loss_to_metrics, step_of))
+            )
+        warned = _shim_warned_in_training(record, rows)
+        if warned is not None and rows.size >= MIN_STEPS:
+            finding = _predictions_finding(state, warned, int(rows.size), fits)
+            return with_rewrite(
+                finding, source, first_rewrite(source, (metrics_fed_by_hand, step_of))
+            )
     return None
 
 
-def _fit_losses(record: Record, model: str) -> tuple[np.ndarray, int]:
-    """The losses the training steps of `model`'s fits returned, and how many fits ran."""
+def _fit_losses(record: Record, model: str) -> tuple[np.ndarray, int, np.ndarray]:
+    """The losses the training steps of `model`'s fits returned, how many fits ran, and the
+    rows of those steps."""
     steps = record.steps
     reported = (steps["phase"] == Phase.TRAIN) & ~steps["no_loss"]
     inside = np.zeros(steps["phase"].size, dtype=bool)
@@ -86,7 +112,22 @@ def _fit_losses(record: Record, model: str) -> tuple[np.ndarray, int]:
             fits += 1
             end = call.start + call.duration
             inside |= (steps["start"] >= call.start) & (steps["start"] <= end)
-    return steps["loss"][reported & inside].astype(np.float64), fits
+    rows = np.flatnonzero((steps["phase"] == Phase.TRAIN) & inside)
+    return steps["loss"][reported & inside].astype(np.float64), fits, rows
+
+
+def _shim_warned_in_training(record: Record, rows: np.ndarray) -> WarningRecord | None:
+    """Keras 3's warning that `compiled_metrics` is deprecated, given while one of `rows`
+    (a training step, its train function tracing the code's `train_step`) ran."""
+    steps = record.steps
+    starts = steps["start"][rows]
+    ends = starts + steps["duration"][rows]
+    for warning in record.warnings:
+        if warning.message.startswith(SHIM_WARNING) and np.any(
+            (starts <= warning.time) & (warning.time <= ends)
+        ):
+            return warning
+    return None
 
 
 def _finding(state: TrainedState, returned: np.ndarray, fits: int) -> Finding:
@@ -124,5 +165,43 @@ def _finding(state: TrainedState, returned: np.ndarray, fits: int) -> Finding:
             "returned_loss_median": rounded(median),
             "returned_loss_min": rounded(float(returned.min())),
             "returned_loss_max": rounded(float(returned.max())),
+        },
+    )
+
+
+def _predictions_finding(
+    state: TrainedState, warning: WarningRecord, steps: int, fits: int
+) -> Finding:
+    cls = state.custom_train_step
+    shown = state.shown_losses
+    return Finding(
+        code=CODE,
+        severity="warning",
+        title="Keras shows the mean of the model's outputs as its loss",
+        detail=(
+            f"`{cls}.train_step` calls `self.compiled_metrics.update_state(y, y_pred)`, which"
+            " Keras 3 keeps only as a shim (it warned that `model.compiled_metrics()` is"
+            " deprecated while the first training step traced). The shim gives every `Mean`"
+            " among the model's metrics the predictions alone, and Keras' loss tracker, named"
+            f' "loss", is one: the loss fit showed over its {len(shown)} epoch'
+            f"{'s' if len(shown) != 1 else ''} ({shown[0]:.4g} to {shown[-1]:.4g}) is the"
+            f" running mean of the model's outputs over {steps} steps, not of its loss."
+        ),
+        fix=(
+            "Feed the loss to the metric named loss and the labels and predictions to the"
+            " others: `for metric in self.metrics: metric.update_state(loss) if metric.name =="
+            ' "loss" else metric.update_state(y, y_pred)` in place of'
+            " `self.compiled_metrics.update_state(y, y_pred)` (keras-io's Keras 3 guide to"
+            " customizing `fit`)."
+        ),
+        evidence={
+            "model": state.name,
+            "train_step_of": cls,
+            "warning": warning.message.splitlines()[0],
+            "epochs_shown": len(shown),
+            "shown_loss_first": rounded(float(shown[0])),
+            "shown_loss_last": rounded(float(shown[-1])),
+            "steps": steps,
+            "fits": fits,
         },
     )

@@ -24,7 +24,8 @@ lines of the source given (that line included, when there is one).
 - larger_batch / steps_per_execution: more work per step
 - tune_input_pipeline: parallel map/interleave, final prefetch
 - vectorise_element_loop: element-by-element NumPy loops
-- feed_loss_to_metrics: a Keras 2 `train_step`'s loss fed to Keras 3's metrics
+- feed_loss_to_metrics / metrics_fed_by_hand: a Keras 2 `train_step`'s loss fed to Keras 3's
+  metrics
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ reduce_retracing = _deferred("reduce_retracing", "retracing")
 scalars_to_tensors = _deferred("scalars_to_tensors", "retracing")
 vectorise_element_loop = _deferred("vectorise_element_loop", "vectorise")
 feed_loss_to_metrics = _deferred("feed_loss_to_metrics", "tracked_loss")
+metrics_fed_by_hand = _deferred("metrics_fed_by_hand", "tracked_loss")
 
 __all__ = [
     "MEMORY_GROWTH_CELL",
@@ -90,6 +92,7 @@ __all__ = [
     "input_signature",
     "larger_batch",
     "memory_growth_first",
+    "metrics_fed_by_hand",
     "mixed_precision",
     "numpy_batches_to_dataset",
     "predict_in_loop",

@@ -13,6 +13,12 @@ does:
 
 Only the `train_step` of the class the diagnosis named, and only its own ``return`` statements
 of a one-entry dict keyed ``"loss"`` (not those of functions defined inside it).
+
+A Keras 2 step that calls ``self.compiled_metrics.update_state(y, y_pred)`` calls Keras 3's
+shim, which gives every `Mean` metric (the loss tracker among them) the predictions alone;
+`metrics_fed_by_hand` puts in its place the loss fed to the metric named "loss" and the
+labels and predictions to the others, the loss being the name the step assigns from
+``self.compiled_loss(...)``, ``self.compute_loss(...)`` or ``self.loss(...)``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,89 @@ def feed_loss_to_metrics(source: str, train_step_of: str) -> str | None:
     """The cell with `train_step_of`'s `train_step` feeding its loss to the model's metrics;
     None where that class, its step or such a return is not in the cell."""
     return rewrite_cell(source, lambda cell: _transform(cell, train_step_of))
+
+
+def metrics_fed_by_hand(source: str, train_step_of: str) -> str | None:
+    """The cell with `train_step_of`'s `train_step` feeding the model's metrics itself instead
+    of through ``compiled_metrics``; None where the class, its step, such a call or the name
+    of its loss is not in the cell."""
+    return rewrite_cell(source, lambda cell: _by_hand(cell, train_step_of))
+
+
+LOSS_METHODS = ("compiled_loss", "compute_loss", "loss")
+
+
+def _by_hand(cell: Cell, class_name: str) -> cst.Module | None:
+    step = _train_step(cell.module, class_name.rsplit(".", 1)[-1])
+    if step is None or not step.params.params:
+        return None
+    model = step.params.params[0].name.value
+    loss = next(
+        (
+            target.target.value
+            for node in walk_skipping_defs(step.body)
+            if isinstance(node, cst.Assign) and len(node.targets) == 1
+            for target in node.targets
+            if isinstance(target.target, cst.Name) and _calls_method(node.value, model)
+        ),
+        None,
+    )
+    if loss is None:
+        return None
+    replaced = {}
+    for node in walk_skipping_defs(step.body):
+        call = _shim_call(node, model)
+        if call is not None:
+            arguments = cst.Module([]).code_for_node(call).split("(", 1)[1][:-1]
+            replaced[node] = _loop(model, loss, arguments, node)
+    if not replaced:
+        return None
+    return cell.module.deep_replace(step, step.visit(_Replace(replaced)))  # type: ignore[return-value]
+
+
+def _calls_method(value: cst.BaseExpression, model: str) -> bool:
+    """``model.compiled_loss(...)`` and the like."""
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and isinstance(value.func.value, cst.Name)
+        and value.func.value.value == model
+        and value.func.attr.value in LOSS_METHODS
+    )
+
+
+def _shim_call(node: cst.CSTNode, model: str) -> cst.Call | None:
+    """The call of a line ``model.compiled_metrics.update_state(...)``, else None."""
+    if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+        return None
+    expr = node.body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return None
+    func = expr.value.func
+    if (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "update_state"
+        and isinstance(func.value, cst.Attribute)
+        and func.value.attr.value == "compiled_metrics"
+        and isinstance(func.value.value, cst.Name)
+        and func.value.value.value == model
+    ):
+        return expr.value
+    return None
+
+
+def _loop(
+    model: str, loss: str, arguments: str, line: cst.SimpleStatementLine
+) -> cst.FlattenSentinel[cst.BaseStatement]:
+    statements = parse_stmts(
+        f"for metric in {model}.metrics:\n"
+        f'    if metric.name == "loss":\n'
+        f"        metric.update_state({loss})\n"
+        f"    else:\n"
+        f"        metric.update_state({arguments})\n"
+    )
+    first = statements[0].with_changes(leading_lines=line.leading_lines)
+    return cst.FlattenSentinel([first, *statements[1:]])
 
 
 def _transform(cell: Cell, class_name: str) -> cst.Module | None:

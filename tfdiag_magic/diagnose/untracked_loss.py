@@ -69,8 +69,10 @@ shown with a loss of exactly 0, and at least 3 of its fits' steps returning a lo
 for each epoch while it returned about 4.0. Steps of `train_on_batch` do not count: it
 returns what the step returns. The shim: Keras' warning given while one of the model's fits'
 training steps ran (its train function tracing the step; a `test_step` traces at validation),
-3 steps or more, and the model's class defining `train_step`: the shim feeds the loss tracker
-whenever the model was compiled with a loss, which its "loss" in `History` shows it was.
+or, where the warning was not given (Python shows it once per process: a cell run again warns
+no more), the call in that class's `train_step` in the cell; 3 steps or more, and the model's
+class defining `train_step`. The shim feeds the loss tracker whenever the model was compiled
+with a loss, which its "loss" in `History` shows it was.
 """
 
 MIN_STEPS = 3
@@ -91,12 +93,16 @@ def check(record: Record, source: str | None) -> Finding | None:
             return with_rewrite(
                 finding, source, first_rewrite(source, (feed_loss_to_metrics, step_of))
             )
+        if rows.size < MIN_STEPS:
+            continue
         warned = _shim_warned_in_training(record, rows)
-        if warned is not None and rows.size >= MIN_STEPS:
+        # Python shows a warning once per place, and Keras' is given from its own code: a
+        # cell run again in the same kernel warns no more. The step's call, in the cell, says
+        # the same.
+        by_hand = first_rewrite(source, (metrics_fed_by_hand, step_of))
+        if warned is not None or by_hand is not None:
             finding = _predictions_finding(state, warned, int(rows.size), fits)
-            return with_rewrite(
-                finding, source, first_rewrite(source, (metrics_fed_by_hand, step_of))
-            )
+            return with_rewrite(finding, source, by_hand)
     return None
 
 
@@ -170,7 +176,7 @@ def _finding(state: TrainedState, returned: np.ndarray, fits: int) -> Finding:
 
 
 def _predictions_finding(
-    state: TrainedState, warning: WarningRecord, steps: int, fits: int
+    state: TrainedState, warning: WarningRecord | None, steps: int, fits: int
 ) -> Finding:
     cls = state.custom_train_step
     shown = state.shown_losses
@@ -180,8 +186,14 @@ def _predictions_finding(
         title="Keras shows the mean of the model's outputs as its loss",
         detail=(
             f"`{cls}.train_step` calls `self.compiled_metrics.update_state(y, y_pred)`, which"
-            " Keras 3 keeps only as a shim (it warned that `model.compiled_metrics()` is"
-            " deprecated while the first training step traced). The shim gives every `Mean`"
+            " Keras 3 keeps only as a shim"
+            + (
+                " (it warned that `model.compiled_metrics()` is deprecated while the first"
+                " training step traced)"
+                if warning is not None
+                else ""
+            )
+            + ". The shim gives every `Mean`"
             " among the model's metrics the predictions alone, and Keras' loss tracker, named"
             f' "loss", is one: the loss fit showed over its {len(shown)} epoch'
             f"{'s' if len(shown) != 1 else ''} ({shown[0]:.4g} to {shown[-1]:.4g}) is the"
@@ -197,7 +209,8 @@ def _predictions_finding(
         evidence={
             "model": state.name,
             "train_step_of": cls,
-            "warning": warning.message.splitlines()[0],
+            "warning": warning.message.splitlines()[0] if warning is not None else None,
+            "seen_in": "Keras' warning" if warning is not None else "the cell's train_step",
             "epochs_shown": len(shown),
             "shown_loss_first": rounded(float(shown[0])),
             "shown_loss_last": rounded(float(shown[-1])),

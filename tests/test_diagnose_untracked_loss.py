@@ -75,7 +75,7 @@ def test_a_keras_2_train_step_whose_loss_fit_shows_as_zero(ip):
     result, fixed = profiled(ip, f.rewrite)
     assert result.success
     shown = ip.user_ns["history"].history["loss"]
-    assert shown[0] > shown[1] > 0, shown  # the loss, falling as the model learns
+    assert all(value > 0.5 for value in shown), shown  # the loss, no more 0
     assert_silent(fixed, CODE)
 
 
@@ -120,10 +120,9 @@ outputs = keras.layers.Dense(1)(inputs)
 model = CustomModel(inputs, outputs)
 model.compile(optimizer="adam", loss="mse", metrics=["mae"])
 rng = np.random.default_rng(0)
-x = rng.random((1000, 32)); y = rng.random((1000, 1))
+x = rng.random((1000, 32)); y = 100 + rng.random((1000, 1))  # far from the first outputs
 history = model.fit(x, y, epochs=3, verbose=0)
 true_mse = float(np.mean((model.predict(x, verbose=0) - y) ** 2))
-mean_output = float(np.mean(model.predict(x, verbose=0)))
 """
 
 
@@ -135,8 +134,8 @@ def test_a_keras_2_guides_step_shows_the_mean_of_the_outputs_as_its_loss(ip):
     assert result.success
     ns = ip.user_ns
     shown = ns["history"].history["loss"]
-    # What Keras 3 showed: nearer the outputs' mean than the loss (the premise, measured).
-    assert abs(shown[-1] - ns["mean_output"]) < abs(shown[-1] - ns["true_mse"]), (shown, ns)
+    # What Keras 3 showed (the premise, measured): outputs near 0, not an error near 100².
+    assert ns["true_mse"] > 5000 and all(abs(value) < 50 for value in shown), shown
     f = the(r, CODE)
     assert f.title == "Keras shows the mean of the model's outputs as its loss"
     ev = f.evidence
@@ -153,5 +152,5 @@ def test_a_keras_2_guides_step_shows_the_mean_of_the_outputs_as_its_loss(ip):
     result, fixed = profiled(ip, f.rewrite)
     assert result.success
     shown = ns["history"].history["loss"]
-    assert abs(shown[-1] - ns["true_mse"]) < abs(shown[-1] - ns["mean_output"]), (shown, ns)
+    assert shown[-1] == pytest.approx(ns["true_mse"], rel=0.1), shown
     assert_silent(fixed, CODE)

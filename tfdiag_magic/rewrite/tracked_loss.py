@@ -106,13 +106,21 @@ def _shim_call(node: cst.CSTNode, model: str) -> cst.Call | None:
 def _loop(
     model: str, loss: str, arguments: str, line: cst.SimpleStatementLine
 ) -> cst.FlattenSentinel[cst.BaseStatement]:
-    statements = parse_stmts(
+    return _in_place_of(
+        line,
         f"for metric in {model}.metrics:\n"
         f'    if metric.name == "loss":\n'
         f"        metric.update_state({loss})\n"
         f"    else:\n"
-        f"        metric.update_state({arguments})\n"
+        f"        metric.update_state({arguments})\n",
     )
+
+
+def _in_place_of(
+    line: cst.SimpleStatementLine, code: str
+) -> cst.FlattenSentinel[cst.BaseStatement]:
+    """The statements of `code`, to stand where `line` stood (its comments above kept)."""
+    statements = parse_stmts(code)
     first = statements[0].with_changes(leading_lines=line.leading_lines)
     return cst.FlattenSentinel([first, *statements[1:]])
 
@@ -164,15 +172,13 @@ def _returned_loss(statement: cst.BaseSmallStatement) -> cst.BaseExpression | No
 def _feeding(
     model: str, loss: cst.BaseExpression, line: cst.SimpleStatementLine
 ) -> cst.FlattenSentinel[cst.BaseStatement]:
-    loss_code = cst.Module([]).code_for_node(loss)
-    statements = parse_stmts(
+    return _in_place_of(
+        line,
         f"for metric in {model}.metrics:\n"
         f'    if metric.name == "loss":\n'
-        f"        metric.update_state({loss_code})\n"
-        f"return {{m.name: m.result() for m in {model}.metrics}}\n"
+        f"        metric.update_state({cst.Module([]).code_for_node(loss)})\n"
+        f"return {{m.name: m.result() for m in {model}.metrics}}\n",
     )
-    first = statements[0].with_changes(leading_lines=line.leading_lines)
-    return cst.FlattenSentinel([first, *statements[1:]])
 
 
 class _Replace(cst.CSTTransformer):

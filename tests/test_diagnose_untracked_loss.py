@@ -115,6 +115,12 @@ class CustomModel(keras.Model):
         self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
         self.compiled_metrics.update_state(y, y_pred)
         return {m.name: m.result() for m in self.metrics}
+    def test_step(self, data):
+        x, y = data
+        y_pred = self(x, training=False)
+        self.compiled_loss(y, y_pred, regularization_losses=self.losses)
+        self.compiled_metrics.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
 inputs = keras.Input(shape=(32,))
 outputs = keras.layers.Dense(1)(inputs)
 model = CustomModel(inputs, outputs)
@@ -123,6 +129,7 @@ rng = np.random.default_rng(0)
 x = rng.random((1000, 32)); y = 100 + rng.random((1000, 1))  # far from the first outputs
 history = model.fit(x, y, epochs=3, verbose=0)
 true_mse = float(np.mean((model.predict(x, verbose=0) - y) ** 2))
+evaluated_loss = model.evaluate(x, y, verbose=0)[0]
 """
 
 
@@ -143,6 +150,9 @@ def test_a_keras_2_guides_step_shows_the_mean_of_the_outputs_as_its_loss(ip):
     assert ev["shown_loss_last"] == pytest.approx(shown[-1], rel=1e-3)
     assert ev["warning"].startswith("`model.compiled_metrics()` is deprecated")
     assert ev["seen_in"] == "Keras' warning"
+    # Its test_step calls the shim too: evaluate's loss is the outputs' mean, and it is said.
+    assert abs(ns["evaluated_loss"]) < 50 and ev["test_step_too"] is True
+    assert "`CustomModel.test_step` calls it too" in f.detail
     # The cell run again: Keras warns no more, and the step's call in the cell says the same.
     result, again = profiled(ip, KERAS_2_GUIDE)
     assert result.success

@@ -7,7 +7,7 @@ one-entry ``{"loss": ...}`` dict.
 
 from __future__ import annotations
 
-from tfdiag_magic.rewrite import feed_loss_to_metrics, metrics_fed_by_hand
+from tfdiag_magic.rewrite import calls_compiled_metrics, feed_loss_to_metrics, metrics_fed_by_hand
 
 TWO_MODELS_CELL = """\
 import tensorflow as tf, keras
@@ -83,3 +83,11 @@ def test_the_compiled_metrics_shim_is_replaced_by_metrics_fed_by_hand():
     # Without a name for the loss there is nothing to feed the loss metric.
     unnamed = KERAS_2_GUIDE_CELL.replace("loss = self.compiled_loss", "self.compiled_loss")
     assert metrics_fed_by_hand(unnamed, "CustomModel") is None
+
+
+def test_which_methods_call_the_compiled_metrics_shim():
+    assert calls_compiled_metrics(KERAS_2_GUIDE_CELL, "CustomModel", "train_step")
+    assert not calls_compiled_metrics(KERAS_2_GUIDE_CELL, "CustomModel", "test_step")
+    assert not calls_compiled_metrics(KERAS_2_GUIDE_CELL, "Other", "train_step")
+    assert not calls_compiled_metrics(TWO_MODELS_CELL, "Custom", "train_step")
+    assert not calls_compiled_metrics("%%tfprofile\n!ls\n", "CustomModel", "train_step")

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..findings import Finding
 from ..record import Phase, Record, TrainedState, WarningRecord
-from ..rewrite import feed_loss_to_metrics, metrics_fed_by_hand
+from ..rewrite import calls_compiled_metrics, feed_loss_to_metrics, metrics_fed_by_hand
 from .evidence import first_rewrite, rounded, with_rewrite
 
 CODE = "untracked-loss"
@@ -44,7 +44,9 @@ Keras 2 showed the returned value, so code that worked there goes silent after a
 The model, the class whose `train_step` it runs, the epochs whose loss `fit` showed as 0 (read
 from its `History` when it ended), and the losses the steps themselves returned (the tool reads
 each step's returned value): how many, their median, least and greatest. For the shim: Keras'
-warning, given while a training step of the model traced, and the first and last loss shown.
+warning, given while a training step of the model traced, and the first and last loss shown;
+whether the class's `test_step` in the cell calls the shim too (then `evaluate`'s loss and
+`val_loss` are the outputs' mean as well: keras-io's knowledge-distillation example's is).
 
 ## Fix
 Feed the step's loss to the model's metrics and return their results, as keras-io's
@@ -101,7 +103,10 @@ def check(record: Record, source: str | None) -> Finding | None:
         # the same.
         by_hand = first_rewrite(source, (metrics_fed_by_hand, step_of))
         if warned is not None or by_hand is not None:
-            finding = _predictions_finding(state, warned, int(rows.size), fits)
+            test_step_too = bool(source) and calls_compiled_metrics(
+                source, state.custom_train_step, "test_step"
+            )
+            finding = _predictions_finding(state, warned, int(rows.size), fits, test_step_too)
             return with_rewrite(finding, source, by_hand)
     return None
 
@@ -176,7 +181,11 @@ def _finding(state: TrainedState, returned: np.ndarray, fits: int) -> Finding:
 
 
 def _predictions_finding(
-    state: TrainedState, warning: WarningRecord | None, steps: int, fits: int
+    state: TrainedState,
+    warning: WarningRecord | None,
+    steps: int,
+    fits: int,
+    test_step_too: bool,
 ) -> Finding:
     cls = state.custom_train_step
     shown = state.shown_losses
@@ -198,6 +207,13 @@ def _predictions_finding(
             f' "loss", is one: the loss fit showed over its {len(shown)} epoch'
             f"{'s' if len(shown) != 1 else ''} ({shown[0]:.4g} to {shown[-1]:.4g}) is the"
             f" running mean of the model's outputs over {steps} steps, not of its loss."
+            + (
+                f" `{cls}.test_step` calls it too: the loss `evaluate` returns and the"
+                " validation's `val_loss` are the mean of the outputs as well, and feeding"
+                " its metrics the same way mends them."
+                if test_step_too
+                else ""
+            )
         ),
         fix=(
             "Feed the loss to the metric named loss and the labels and predictions to the"
@@ -211,6 +227,7 @@ def _predictions_finding(
             "train_step_of": cls,
             "warning": warning.message.splitlines()[0] if warning is not None else None,
             "seen_in": "Keras' warning" if warning is not None else "the cell's train_step",
+            "test_step_too": test_step_too,
             "epochs_shown": len(shown),
             "shown_loss_first": rounded(float(shown[0])),
             "shown_loss_last": rounded(float(shown[-1])),

@@ -76,9 +76,11 @@ scalars_to_tensors = _deferred("scalars_to_tensors", "retracing")
 vectorise_element_loop = _deferred("vectorise_element_loop", "vectorise")
 feed_loss_to_metrics = _deferred("feed_loss_to_metrics", "tracked_loss")
 metrics_fed_by_hand = _deferred("metrics_fed_by_hand", "tracked_loss")
+calls_compiled_metrics = _deferred("calls_compiled_metrics", "tracked_loss")
 
 __all__ = [
     "MEMORY_GROWTH_CELL",
+    "calls_compiled_metrics",
     "clear_session_in_loop",
     "compile_eager_step",
     "compile_inline_step",

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .common import Cell, parse_stmts, rewrite_cell, walk_skipping_defs
+from .common import Cell, parse_cell, parse_stmts, rewrite_cell, walk_skipping_defs
 
 
 def feed_loss_to_metrics(source: str, train_step_of: str) -> str | None:
@@ -42,6 +42,19 @@ def metrics_fed_by_hand(source: str, train_step_of: str) -> str | None:
 
 
 LOSS_METHODS = ("compiled_loss", "compute_loss", "loss")
+
+
+def calls_compiled_metrics(source: str, class_name: str, method: str) -> bool:
+    """Whether the method `method` of the cell's class `class_name` calls
+    ``self.compiled_metrics.update_state(...)`` (Keras 3's shim) itself."""
+    cell = parse_cell(source)
+    if cell is None:
+        return False
+    found = _method(cell.module, class_name.rsplit(".", 1)[-1], method)
+    if found is None or not found.params.params:
+        return False
+    model = found.params.params[0].name.value
+    return any(_shim_call(node, model) is not None for node in walk_skipping_defs(found.body))
 
 
 def _by_hand(cell: Cell, class_name: str) -> cst.Module | None:
@@ -148,10 +161,15 @@ def _transform(cell: Cell, class_name: str) -> cst.Module | None:
 
 
 def _train_step(module: cst.Module, class_name: str) -> cst.FunctionDef | None:
+    return _method(module, class_name, "train_step")
+
+
+def _method(module: cst.Module, class_name: str, name: str) -> cst.FunctionDef | None:
+    """The method `name` that the class `class_name` of the cell defines, else None."""
     for node in walk_skipping_defs(module):
         if isinstance(node, cst.ClassDef) and node.name.value == class_name:
             for statement in node.body.body:
-                if isinstance(statement, cst.FunctionDef) and statement.name.value == "train_step":
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
                     return statement
     return None
 

@@ -210,8 +210,9 @@ def test_script_runs_as_main_with_argv_of_the_script_and_the_arguments_after_it(
     ]
     assert not (folder / "not-ours.json").exists()
     # ...and the report says so, after it, where the user who meant it for us looks
-    assert "tfdiag_magic: --json came after the script's name" in proc.stderr
-    assert proc.stderr.rstrip().endswith(f"profile --json ... {script}")
+    assert "tfdiag_magic: --json came after the script's name" in proc.stdout
+    assert proc.stdout.rstrip().endswith(f"profile --json ... {script}")
+    assert "came after the script's name" not in proc.stderr  # as a plain run leaves it
 
 
 def test_classes_defined_by_the_script_pickle_as_in_a_plain_run(clean_run):

@@ -232,9 +232,8 @@ def _note_our_options_after_the_script(script_args: list[str], script: str) -> N
             f"tfdiag_magic: {', '.join(ours)} came after the script's name, so the script was"
             " given it (everything after the script's name is the script's); to give it to"
             f" tfdiag_magic, put it before: python -m tfdiag_magic profile {ours[0]} ..."
-            f" {script}",
-            file=sys.stderr,
-        )
+            f" {script}"
+        )  # on stdout, with the report: the script's stderr stays as a plain run leaves it
 
 
 def _main_module(path: str) -> types.ModuleType:

@@ -80,8 +80,17 @@ def test_the_compiled_metrics_shim_is_replaced_by_metrics_fed_by_hand():
         "            else:\n"
         "                metric.update_state(y, y_pred, sample_weight=sw)\n"
     ) in new
+    # The loss is what the step differentiates (keras-io's distiller weighs two losses).
+    weighed = KERAS_2_GUIDE_CELL.replace(
+        "tape.gradient(loss, self.weights)", "tape.gradient(total, self.weights)"
+    ).replace(
+        "            loss = self.compiled_loss(y, y_pred, sample_weight=sw)\n",
+        "            total = 0.9 * self.student_loss_fn(y, y_pred)\n",
+    )
+    assert "metric.update_state(total)" in metrics_fed_by_hand(weighed, "CustomModel")
     # Without a name for the loss there is nothing to feed the loss metric.
     unnamed = KERAS_2_GUIDE_CELL.replace("loss = self.compiled_loss", "self.compiled_loss")
+    unnamed = unnamed.replace("tape.gradient(loss, self.weights)", "tape.gradient(0, self.weights)")
     assert metrics_fed_by_hand(unnamed, "CustomModel") is None
 
 

@@ -101,8 +101,11 @@ def check(record: Record, source: str | None) -> Finding | None:
         # Python shows a warning once per place, and Keras' is given from its own code: a
         # cell run again in the same kernel warns no more. The step's call, in the cell, says
         # the same.
-        by_hand = first_rewrite(source, (metrics_fed_by_hand, step_of))
-        if warned is not None or by_hand is not None:
+        in_cell = bool(source) and calls_compiled_metrics(
+            source, state.custom_train_step, "train_step"
+        )
+        if warned is not None or in_cell:
+            by_hand = first_rewrite(source, (metrics_fed_by_hand, step_of))
             test_step_too = bool(source) and calls_compiled_metrics(
                 source, state.custom_train_step, "test_step"
             )

@@ -17,8 +17,9 @@ of a one-entry dict keyed ``"loss"`` (not those of functions defined inside it).
 A Keras 2 step that calls ``self.compiled_metrics.update_state(y, y_pred)`` calls Keras 3's
 shim, which gives every `Mean` metric (the loss tracker among them) the predictions alone;
 `metrics_fed_by_hand` puts in its place the loss fed to the metric named "loss" and the
-labels and predictions to the others, the loss being the name the step assigns from
-``self.compiled_loss(...)``, ``self.compute_loss(...)`` or ``self.loss(...)``.
+labels and predictions to the others, the loss being the name the step takes the gradient of
+(``tape.gradient(loss, ...)``), else the one it assigns from ``self.compiled_loss(...)``,
+``self.compute_loss(...)`` or ``self.loss(...)``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _by_hand(cell: Cell, class_name: str) -> cst.Module | None:
     if step is None or not step.params.params:
         return None
     model = step.params.params[0].name.value
-    loss = next(
+    loss = _differentiated(step) or next(
         (
             target.target.value
             for node in walk_skipping_defs(step.body)
@@ -83,6 +84,21 @@ def _by_hand(cell: Cell, class_name: str) -> cst.Module | None:
     if not replaced:
         return None
     return cell.module.deep_replace(step, step.visit(_Replace(replaced)))  # type: ignore[return-value]
+
+
+def _differentiated(step: cst.FunctionDef) -> str | None:
+    """The name the step takes the gradient of (``tape.gradient(loss, ...)``): its loss."""
+    for node in walk_skipping_defs(step.body):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "gradient"
+            and node.args
+            and node.args[0].keyword is None
+            and isinstance(node.args[0].value, cst.Name)
+        ):
+            return node.args[0].value.value
+    return None
 
 
 def _calls_method(value: cst.BaseExpression, model: str) -> bool:

@@ -300,7 +300,7 @@ def _untrained_work_rows(record: Record) -> np.ndarray:
     return np.sort(np.concatenate(inner)) if inner else np.empty(0, dtype=np.int64)
 
 
-def _holds(steps: np.ndarray, outer: np.ndarray, inner: np.ndarray) -> bool:
+def _holds(steps: dict[str, np.ndarray], outer: np.ndarray, inner: np.ndarray) -> bool:
     """Whether the rows `inner` begin within one of the rows `outer` (an outer loop's
     iterations, holding an inner loop's)."""
     begin = float(steps["start"][inner[0]])

@@ -79,8 +79,8 @@ def _by_hand(cell: Cell, class_name: str) -> cst.Module | None:
     for node in walk_skipping_defs(step.body):
         call = _shim_call(node, model)
         if call is not None:
-            arguments = cst.Module([]).code_for_node(call).split("(", 1)[1][:-1]
-            replaced[node] = _loop(model, loss, arguments, node)
+            others = call.with_changes(func=cst.parse_expression("metric.update_state"))
+            replaced[node] = _loop(model, loss, cst.Module([]).code_for_node(others), node)
     if not replaced:
         return None
     return cell.module.deep_replace(step, step.visit(_Replace(replaced)))  # type: ignore[return-value]
@@ -133,15 +133,16 @@ def _shim_call(node: cst.CSTNode, model: str) -> cst.Call | None:
 
 
 def _loop(
-    model: str, loss: str, arguments: str, line: cst.SimpleStatementLine
+    model: str, loss: str, others: str, line: cst.SimpleStatementLine
 ) -> cst.FlattenSentinel[cst.BaseStatement]:
+    """The metric named "loss" fed `loss`, the others by the call `others`."""
     return _in_place_of(
         line,
         f"for metric in {model}.metrics:\n"
         f'    if metric.name == "loss":\n'
         f"        metric.update_state({loss})\n"
         f"    else:\n"
-        f"        metric.update_state({arguments})\n",
+        f"        {others}\n",
     )
 
 

@@ -153,6 +153,18 @@ def others_busy_cpus(seconds: float = 0.5) -> float:
 
 
 @pytest.fixture
+def two_cpu_hogs():
+    """Two CPU hogs, one on each of the first two of this process's CPUs, for the length of the
+    test: a machine whose every core a neighbour wants."""
+    hogs = [start_cpu_hog(cpu) for cpu in (0, 1)]
+    try:
+        yield hogs
+    finally:
+        for hog in hogs:
+            stop_cpu_hog(hog)
+
+
+@pytest.fixture
 def neighbour():
     """One busy neighbour for the length of the test: a CPU hog on one core, unless other
     programs keep most of a CPU busy already (then a second hog on a 2-CPU machine leaves the

@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.diagnosis_support import assert_silent, the
+from tests.conftest import stop_cpu_hog
+from tests.diagnosis_support import assert_silent, listing, the
 from tests.helpers import profiled
 from tfdiag_magic.diagnose import epoch_start_stall
 from tfdiag_magic.record import DatasetStructure, EpochStart, KerasCall, LoopInfo, Record
@@ -168,11 +169,13 @@ def test_only_sleep_counts_and_only_enough_of_it(start, later, found):
     assert (epoch_start_stall.check(record, None) is not None) == found
 
 
-# A loop of the code's own over the pipeline, epochs of 128 steps (about 0.2 s each here). How
-# often the release sleeps depends on the machine's load: of 60 ends, 3-4 slept on the quiet
-# 2-vCPU VM (0.2-0.3 s in all), 21-32 beside a CPU hog on one core (3.0-4.6 s, 23-31% of the
-# run, 0.14 s each), and 15 and 25 beside two programs' training; with one iterator for every
-# epoch none did. The test runs 60 beside a hog (CI's quiet run found 0-9 once).
+# A loop of the code's own over the pipeline, epochs of 128 steps (about 0.1-0.2 s each). How
+# often the release sleeps depends on the machine and its load: of 60 ends, on a 2-vCPU Intel
+# VM, 3-4 slept quiet (0.2-0.3 s in all), 21-32 beside a CPU hog on one core (3.0-4.6 s, 23-31%
+# of the run, 0.14 s each), and 15 and 25 beside two programs' training; on a 2-vCPU AMD EPYC
+# VM, 4-5 quiet (0.24-0.35 s), 4-7 beside one hog (0.5-0.7 s: not the finding's 1 s), and 14-15
+# beside two (1.7-1.9 s, 12-14% of the run); with one iterator for every epoch none did. The
+# test runs 60 beside a hog on each core (CI's quiet run found 0-9 once).
 LOOP = """
 import numpy as np, tensorflow as tf
 x = np.random.default_rng(0).normal(size=(4096, 32)).astype("float32")
@@ -187,20 +190,36 @@ def step(b):
 
 
 @pytest.mark.alone
-def test_a_loop_of_the_codes_whose_iterator_shuts_down_asleep_is_found(ip, cpu_hog):
+def test_a_loop_of_the_codes_whose_iterator_shuts_down_asleep_is_found(ip, two_cpu_hogs):
     ip.run_cell(LOOP)
     result, r = profiled(ip, "for epoch in range(60):\n    for b in ds:\n        step(b)\n")
     assert result.success
-    f = the(r, "epoch-start-stall")
-    ev = f.evidence
-    assert ev["loops"] == ["line 3: for b in ds:"] and ev["loop_releases_measured"] == 60, ev
-    assert ev["stalled_loop_releases"] >= 10 and ev["asleep_s"] >= 1.0, ev
-    assert ev["cpu_in_stalled_starts_s"] < 0.3 * ev["asleep_s"], ev
-    assert ev["starts_measured"] == 0 and "ends of the code's loops" in f.title, f.title
-    assert "iter(dataset.repeat())" in f.fix and "autotune.enabled = False" in f.fix
-    assert "model.fit" not in f.fix
+    # Each of the loop's 60 ends is measured, whatever the machine; how many slept is the
+    # machine's (above). Where they slept well past every bar the finding must name them; under
+    # its 1 s floor it must not; between, the bars decide (the tests on records above).
+    (loop,) = [each for each in r.record.loops if each.source == "for b in ds:"]
+    assert loop.releases_measured == 60, loop
+    assert loop.release_cpu < 0.3 * loop.release_asleep or not loop.releases_stalled, loop
+    found = [f for f in r.findings if f.code == "epoch-start-stall"]
+    print(f"{loop.releases_stalled} ends slept {loop.release_asleep:.2f} s, found: {bool(found)}")
+    if loop.releases_stalled >= 10 and loop.release_asleep >= 1.5:
+        assert found, listing(r)
+    if loop.release_asleep < epoch_start_stall.MIN_SECONDS:
+        assert not found, listing(r)
+    for f in found:
+        ev = f.evidence
+        assert ev["loops"] == ["line 3: for b in ds:"] and ev["loop_releases_measured"] == 60, ev
+        assert ev["stalled_loop_releases"] == loop.releases_stalled, ev
+        assert ev["asleep_s"] == pytest.approx(loop.release_asleep, abs=0.01), ev
+        assert ev["cpu_in_stalled_starts_s"] < 0.3 * ev["asleep_s"], ev
+        assert ev["starts_measured"] == 0 and "ends of the code's loops" in f.title, f.title
+        assert "iter(dataset.repeat())" in f.fix and "autotune.enabled = False" in f.fix
+        assert "model.fit" not in f.fix
 
-    # The fix: one iterator for every epoch. Nothing is let go until the run ends.
+    # The fix: one iterator for every epoch. Nothing is let go until the run ends (it needs
+    # no neighbour to show).
+    for hog in two_cpu_hogs:
+        stop_cpu_hog(hog)
     result, fixed = profiled(
         ip,
         "iterator = iter(ds.repeat())\nfor epoch in range(60):\n"

@@ -24,14 +24,18 @@ The floor is 1 + `FAST_STEPS_NOISE` + drift + busy, three parts each measured:
   layers), their CPU time per step rising with them; consecutive runs read up to 1.41× apart,
   and up to 1.53× beside a CPU hog with 0.07 ms of CPU wait a step. A pure NumPy and Python
   loop there held within 13 %, and sleeps do not drift.
-- busy, a run's CPU wait per step (Linux's per-thread run-queue time, as far as other
-  programs' CPU time can explain it, probes/cpu_wait.py) over the other run's fastest step: a
-  busy machine can shift every step of a run, the fastest included. A wait only lengthens the
-  run that waited, so "faster" is held back by the first run's wait and "slower" by the
-  second's. With a CPU hog on one of two cores, ~0.35 ms steps of the same cell ran at
-  0.35 ms for a dozen runs and then at 0.6 ms (1.7x; CI once read 2.2x) while the runs'
-  threads waited 0.1-0.3 ms per step (0.27 over 0.35 ms widens the floor by 0.77). On a quiet
-  machine the wait is near nothing.
+- busy, the share of a run's step time its threads waited for a CPU (Linux's per-thread
+  run-queue time, as far as other programs' CPU time can explain it, probes/cpu_wait.py),
+  times the fastest steps' ratio: a busy machine can shift every step of a run, the fastest
+  included, and a wait lengthens the steps it falls in, so the fastest were held back by no
+  more than that share. A wait only lengthens the run that waited, so "faster" is held back by
+  the first run's wait and "slower" by the second's. With a CPU hog on one of two cores,
+  ~0.35 ms steps of the same cell ran at 0.35 ms for a dozen runs and then at 0.6 ms (1.7x; CI
+  once read 2.2x) while the runs' threads waited 0.1-0.3 ms per step (0.27 of 0.6 ms widens
+  the floor by 0.77). A busy CI machine once read 209 ms of wait a step of 250 ms in a slow
+  cell, whose rewrite ran 452x faster: that wait, read in seconds over the rewrite's 0.5 ms
+  step, hid the change; as a share (0.84) it leaves tens of times. On a quiet machine the
+  wait is near nothing.
 
 So a CPU-bound cell on a quiet machine needs a 1.65× change to be called, and a cell whose steps
 mostly sleep or wait for a GPU 1.15×; a verdict that is not called shows the band it fell in.
@@ -133,11 +137,15 @@ def interval_band(
     fast = scale * _fast(before) / _fast(after)
     low, high = (scale * np.percentile(first / second, [2.5, 97.5])).tolist()
     # A wait only lengthens the run that waited: a run that came out faster was not made
-    # faster by its own wait, so "faster" is held back by the first run's wait alone, over the
-    # second's fastest step, and "slower" by the second's over the first's.
+    # faster by its own wait, so "faster" is held back by the first run's wait alone and
+    # "slower" by the second's. A wait is a share of its run's time: its fastest steps, the ones
+    # the ratio reads, were held back by that share of their length at most (a wait lengthens
+    # the steps it falls in), so the ratio they would have read without it is `fast` times
+    # (1 - the first run's share), or over (1 - the second's).
     waited_before, waited_after = (_wait(w) for w in cpu_wait)
-    busy_faster = waited_before / _fast(after)
-    busy_slower = waited_after / _fast(before)
+    held_before, held_after = _held(waited_before, before), _held(waited_after, after)
+    busy_faster = held_before * fast
+    busy_slower = held_after / fast
     drift = CPU_DRIFT * max(_share(share) for share in cpu_share)
     floor_low = 1.0 / (1.0 / (1.0 - FAST_STEPS_NOISE) + drift + busy_slower)
     floor_high = 1.0 + FAST_STEPS_NOISE + drift + busy_faster
@@ -150,6 +158,12 @@ def interval_band(
 
 def _wait(wait: float | None) -> float:
     return float(wait) if wait is not None and np.isfinite(wait) and wait > 0 else 0.0
+
+
+def _held(wait: float, intervals: np.ndarray) -> float:
+    """The share of a run's step intervals its threads waited for a CPU, at most 1."""
+    mean = float(np.mean(intervals))
+    return min(1.0, wait / mean) if mean > 0 else 1.0
 
 
 def _share(share: float | None) -> float:

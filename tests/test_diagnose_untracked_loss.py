@@ -14,6 +14,8 @@ import pytest
 
 from tests.diagnosis_support import assert_silent, the
 from tests.helpers import profiled
+from tfdiag_magic.diagnose import untracked_loss
+from tfdiag_magic.record import Record, TrainedState
 
 CODE = "untracked-loss"
 
@@ -164,3 +166,92 @@ def test_a_keras_2_guides_step_shows_the_mean_of_the_outputs_as_its_loss(ip):
     shown = ns["history"].history["loss"]
     assert shown[-1] == pytest.approx(ns["true_mse"], rel=0.1), shown
     assert_silent(fixed, CODE)
+
+
+# The same model, validated: a `test_step` of its class's, and a fit that validates each epoch.
+VALIDATED = MODEL.replace(
+    "{end_of_step}\n",
+    """{end_of_step}
+    def test_step(self, data):
+        inputs, labels = data
+        predictions = self(inputs, training=False)
+        loss = self.loss(labels, predictions)
+{end_of_test_step}
+""",
+).replace("epochs=2, verbose=0)", "epochs=2, verbose=0, validation_split=0.25)")
+KERAS_2_TEST_END = "        return {'loss': loss}"
+KERAS_3_TEST_END = """\
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+        return {m.name: m.result() for m in self.metrics}"""
+
+
+def test_a_keras_2_test_step_whose_val_loss_fit_shows_as_zero(ip):
+    cell = VALIDATED.format(end_of_step=KERAS_3_END, end_of_test_step=KERAS_2_TEST_END)
+    result, r = profiled(ip, cell)
+    assert result.success
+    shown = ip.user_ns["history"].history
+    assert shown["val_loss"] == [0.0, 0.0] and all(v > 0.5 for v in shown["loss"]), shown
+    f = the(r, CODE)
+    ev = f.evidence
+    assert ev["test_step_of"] == "Regressor" and ev["epochs_validated"] == 2, ev
+    assert ev["shown_loss_first"] == pytest.approx(shown["loss"][0], rel=1e-3), ev
+    assert "val_loss of 0 for each of its 2 epochs" in f.title
+    assert "`Regressor.test_step`" in f.detail and "`evaluate` returns 0.0" in f.detail
+    # The rewrite feeds the test step's loss to the metrics: val_loss is the loss, and silent.
+    assert f.rewrite.count("metric.update_state(loss)") == 2  # the train step's and its own
+    result, fixed = profiled(ip, f.rewrite)
+    assert result.success
+    shown = ip.user_ns["history"].history
+    assert all(value > 0.5 for value in shown["val_loss"]), shown
+    assert_silent(fixed, CODE)
+
+
+def test_both_keras_2_steps_are_found_and_mended_together(ip):
+    cell = VALIDATED.format(end_of_step=KERAS_2_END, end_of_test_step=KERAS_2_TEST_END)
+    result, r = profiled(ip, cell)
+    assert result.success
+    f = the(r, CODE)
+    assert f.evidence["train_step_of"] == "Regressor" and f.evidence["test_step_too"], f.evidence
+    assert "`Regressor.test_step` returns" in f.detail
+    assert f.rewrite.count("metric.update_state(loss)") == 2
+    result, fixed = profiled(ip, f.rewrite)
+    assert result.success
+    shown = ip.user_ns["history"].history
+    assert all(v > 0.5 for v in shown["loss"] + shown["val_loss"]), shown
+    assert_silent(fixed, CODE)
+
+
+@pytest.mark.parametrize(
+    "end_of_test_step",
+    [KERAS_3_TEST_END, "        return {'val': loss}"],
+    ids=["metrics-updated", "another-name"],
+)
+def test_a_test_step_whose_loss_fit_shows_stays_silent(ip, end_of_test_step):
+    cell = VALIDATED.format(end_of_step=KERAS_3_END, end_of_test_step=end_of_test_step)
+    result, r = profiled(ip, cell)
+    assert result.success
+    shown = ip.user_ns["history"].history
+    key = "val_loss" if "val_loss" in shown else "val_val"
+    assert all(value > 0.5 for value in shown[key]), shown
+    assert_silent(r, CODE)
+
+
+def test_a_zero_val_loss_is_not_blamed_on_a_test_step_the_cell_does_not_hold():
+    # A val_loss of exactly 0 can be true (a hinge loss whose margins all hold): without the
+    # step's text returning its loss alone, nothing is said.
+    state = TrainedState(
+        kind="model", name="m", optimizer="Adam", steps=10, iterations_first=0,
+        iterations_last=10, learning_rate=1e-3, variables=2, variables_read=2,
+        variables_changed=2, variables_last=2, variables_new=0, weights=2,
+        shown_losses=(0.7, 0.5), custom_test_step="Classifier", shown_val_losses=(0.0, 0.0),
+    )  # fmt: skip
+    record = Record()
+    record.trained = [state]
+    assert untracked_loss.check(record, None) is None
+    step = "class Classifier(keras.Model):\n    def test_step(self, data):\n"
+    returns_a_metric = step + "        return {m.name: m.result() for m in self.metrics}\n"
+    assert untracked_loss.check(record, returns_a_metric) is None
+    found = untracked_loss.check(record, step + "        return {'loss': 0.0}\n")
+    assert found is not None and found.evidence["test_step_of"] == "Classifier"

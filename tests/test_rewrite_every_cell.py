@@ -198,6 +198,7 @@ REWRITES = {
     "train_on_batch_in_loop": {},
     "feed_loss_to_metrics": {"train_step_of": "Custom"},
     "metrics_fed_by_hand": {"train_step_of": "CustomModel"},
+    "feed_val_loss_to_metrics": {"test_step_of": "Validated"},
 }
 
 

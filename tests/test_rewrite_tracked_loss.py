@@ -7,7 +7,12 @@ one-entry ``{"loss": ...}`` dict.
 
 from __future__ import annotations
 
-from tfdiag_magic.rewrite import calls_compiled_metrics, feed_loss_to_metrics, metrics_fed_by_hand
+from tfdiag_magic.rewrite import (
+    calls_compiled_metrics,
+    feed_loss_to_metrics,
+    feed_val_loss_to_metrics,
+    metrics_fed_by_hand,
+)
 
 TWO_MODELS_CELL = """\
 import tensorflow as tf, keras
@@ -100,3 +105,37 @@ def test_which_methods_call_the_compiled_metrics_shim():
     assert not calls_compiled_metrics(KERAS_2_GUIDE_CELL, "Other", "train_step")
     assert not calls_compiled_metrics(TWO_MODELS_CELL, "Custom", "train_step")
     assert not calls_compiled_metrics("%%tfprofile\n!ls\n", "CustomModel", "train_step")
+
+
+VALIDATING_CELL = """\
+class Validated(keras.Model):
+    def train_step(self, data):
+        return {"loss": self.loss(data[1], self(data[0]))}
+    def test_step(self, data):
+        x, y = data
+        loss = self.loss(y, self(x, training=False))
+        return {"loss": loss}
+"""
+
+
+def test_the_test_step_is_rewritten_with_the_train_step_or_alone():
+    both = feed_loss_to_metrics(VALIDATING_CELL, "Validated", "Validated")
+    assert both is not None and both.count("return {m.name: m.result() for m in self.metrics}") == 2
+    assert "metric.update_state(self.loss(data[1], self(data[0])))" in both
+    alone = feed_val_loss_to_metrics(VALIDATING_CELL, "Validated")
+    assert alone is not None
+    compile(alone, "<cell>", "exec")
+    # The train step as it was; the test step's own return, fed.
+    assert '        return {"loss": self.loss(data[1], self(data[0]))}\n' in alone
+    assert (
+        "        loss = self.loss(y, self(x, training=False))\n"
+        "        for metric in self.metrics:\n"
+        '            if metric.name == "loss":\n'
+        "                metric.update_state(loss)\n"
+        "        return {m.name: m.result() for m in self.metrics}\n" in alone
+    )
+    # Without the class's test step to mend, only the train step is; without either, nothing.
+    assert feed_loss_to_metrics(TWO_MODELS_CELL, "Custom", "Custom") == feed_loss_to_metrics(
+        TWO_MODELS_CELL, "Custom"
+    )
+    assert feed_val_loss_to_metrics(TWO_MODELS_CELL, "Custom") is None

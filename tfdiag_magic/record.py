@@ -436,6 +436,10 @@ class TrainedState:
     custom_train_step: str = ""
     # model: the "loss" its fits showed for each epoch (their `History`), at most SHOWN_LOSSES
     shown_losses: tuple[float, ...] = ()
+    # model: the class of the code's that defines its `test_step` ("": Keras' own step)
+    custom_test_step: str = ""
+    # model: the "val_loss" its fits showed for each epoch that validated, at most SHOWN_LOSSES
+    shown_val_losses: tuple[float, ...] = ()
 
 
 @dataclass

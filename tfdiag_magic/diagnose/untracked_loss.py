@@ -6,7 +6,12 @@ import numpy as np
 
 from ..findings import Finding
 from ..record import Phase, Record, TrainedState, WarningRecord
-from ..rewrite import calls_compiled_metrics, feed_loss_to_metrics, metrics_fed_by_hand
+from ..rewrite import (
+    calls_compiled_metrics,
+    feed_loss_to_metrics,
+    feed_val_loss_to_metrics,
+    metrics_fed_by_hand,
+)
 from .evidence import first_rewrite, rounded, with_rewrite
 
 CODE = "untracked-loss"
@@ -14,7 +19,9 @@ TITLE = "Keras shows a loss that is not the one the train_step computed"
 DOC = """\
 ## What it detects
 A model whose class overrides `train_step` was trained with `fit`, and `fit` showed a loss of
-exactly 0 for every epoch while the step itself returned losses that were not 0.
+exactly 0 for every epoch while the step itself returned losses that were not 0. Or its class
+overrides `test_step`, returning its loss alone, and the fit's validation showed a `val_loss`
+of exactly 0 for every epoch it validated.
 
 Keras 3 does not show what a `train_step` returns when the names it returns are exactly the
 model's metrics' names (`Model.metrics`: after `compile(loss=...)` with no metrics, only
@@ -23,7 +30,10 @@ Keras' own loss tracker, named "loss"). It shows those metrics' values instead
 TensorFlow text-generation tutorial's `CustomTraining.train_step`, and many others) computes
 its loss with `self.loss(...)` or `self.compiled_loss(...)`, returns `{"loss": loss}`, and never
 updates that tracker: `fit`'s progress bar, its `History`, and every callback read the
-tracker's empty mean, 0.0, on every step, while the model trains.
+tracker's empty mean, 0.0, on every step, while the model trains. A `test_step` that returns
+`{"loss": loss}` does the same to `val_loss` and to what `evaluate` returns: measured with
+Keras 3.15, a fit showed `loss` 5.51, 5.43, 5.35 and `val_loss` 0.0, 0.0, 0.0, and `evaluate`
+returned 0.0.
 
 The same step written after keras-io's Keras 2 guide (`loss = self.compiled_loss(y, y_pred)`,
 `self.compiled_metrics.update_state(y, y_pred)`, `return {m.name: m.result() for m in
@@ -47,6 +57,8 @@ each step's returned value): how many, their median, least and greatest. For the
 warning, given while a training step of the model traced, and the first and last loss shown;
 whether the class's `test_step` in the cell calls the shim too (then `evaluate`'s loss and
 `val_loss` are the outputs' mean as well: keras-io's knowledge-distillation example's is).
+For a `test_step`: the epochs whose `val_loss` was shown as 0 and the training loss shown
+beside them.
 
 ## Fix
 Feed the step's loss to the model's metrics and return their results, as keras-io's
@@ -74,7 +86,10 @@ training steps ran (its train function tracing the step; a `test_step` traces at
 or, where the warning was not given (Python shows it once per process: a cell run again warns
 no more), the call in that class's `train_step` in the cell; 3 steps or more, and the model's
 class defining `train_step`. The shim feeds the loss tracker whenever the model was compiled
-with a loss, which its "loss" in `History` shows it was.
+with a loss, which its "loss" in `History` shows it was. A `test_step`: every `val_loss` its
+fits' `History` holds exactly 0 (at least one), and the step, in the cell, returning `{"loss":
+X}` alone: the tool does not read what validation steps return, and a `val_loss` of exactly 0
+can be true (a hinge loss whose margins all hold), so the step's text must say why.
 """
 
 MIN_STEPS = 3
@@ -84,17 +99,26 @@ SHIM_WARNING = "`model.compiled_metrics()` is deprecated"
 
 def check(record: Record, source: str | None) -> Finding | None:
     for state in record.trained:
-        if state.kind != "model" or not state.custom_train_step or not state.shown_losses:
+        if state.kind != "model":
+            continue
+        val_untracked = _val_loss_untracked(state, source)
+        if not state.custom_train_step or not state.shown_losses:
+            if val_untracked:
+                return _val_finding(state, source)
             continue
         shown = np.asarray(state.shown_losses, dtype=np.float64)
         returned, fits, rows = _fit_losses(record, state.name)
         returned = returned[np.isfinite(returned)]
         step_of = {"train_step_of": state.custom_train_step}
         if np.all(shown == 0.0) and np.count_nonzero(returned) >= MIN_STEPS:
-            finding = _finding(state, returned, fits)
+            finding = _finding(state, returned, fits, val_untracked)
+            if val_untracked:
+                step_of["test_step_of"] = state.custom_test_step
             return with_rewrite(
                 finding, source, first_rewrite(source, (feed_loss_to_metrics, step_of))
             )
+        if val_untracked:
+            return _val_finding(state, source)
         if rows.size < MIN_STEPS:
             continue
         warned = _shim_warned_in_training(record, rows)
@@ -112,6 +136,62 @@ def check(record: Record, source: str | None) -> Finding | None:
             finding = _predictions_finding(state, warned, int(rows.size), fits, test_step_too)
             return with_rewrite(finding, source, by_hand)
     return None
+
+
+def _val_loss_untracked(state: TrainedState, source: str | None) -> bool:
+    """Whether the model's fits showed a `val_loss` of exactly 0 for every epoch that
+    validated, and its class's `test_step`, in the cell, returns its loss alone (``return
+    {"loss": X}``) without feeding the metric Keras shows in its place."""
+    shown = np.asarray(state.shown_val_losses, dtype=np.float64)
+    return (
+        bool(state.custom_test_step)
+        and shown.size > 0
+        and bool(np.all(shown == 0.0))
+        and bool(source)
+        and feed_val_loss_to_metrics(source, state.custom_test_step) is not None
+    )
+
+
+def _val_finding(state: TrainedState, source: str | None) -> Finding:
+    cls = state.custom_test_step
+    epochs = len(state.shown_val_losses)
+    every = "its one epoch" if epochs == 1 else f"each of its {epochs} epochs"
+    trained = np.asarray(state.shown_losses, dtype=np.float64)
+    beside = (
+        f", while the training loss it showed went from {trained[0]:.4g} to {trained[-1]:.4g}"
+        if trained.size and np.any(trained != 0.0)
+        else ""
+    )
+    finding = Finding(
+        code=CODE,
+        severity="warning",
+        title=f"Keras showed a val_loss of 0 for {every}: the test_step's loss is never shown",
+        detail=(
+            f'`{cls}.test_step` returns `{{"loss": ...}}`, a name that is exactly the model\'s'
+            " metrics' (`Model.metrics`), and Keras 3 shows those metrics' values in place of"
+            " what the step returns. The step never updates them, so the validation's"
+            f" `val_loss` read 0.0 for {every}{beside}; `evaluate` returns 0.0 the same way,"
+            " and callbacks that watch `val_loss` (`EarlyStopping`, `ReduceLROnPlateau`,"
+            " `ModelCheckpoint(save_best_only=True)`) act on it."
+        ),
+        fix=(
+            "In the test_step, feed the loss to the model's metrics and return their results"
+            ' (`for metric in self.metrics: if metric.name == "loss": metric.update_state(loss)`,'
+            " then `return {m.name: m.result() for m in self.metrics}`), or return the loss"
+            ' under a name that is no metric\'s (`{"eval_loss": loss}`).'
+        ),
+        evidence={
+            "model": state.name,
+            "test_step_of": cls,
+            "epochs_validated": epochs,
+            "shown_val_loss": 0.0,
+            "shown_loss_first": rounded(float(trained[0])) if trained.size else None,
+            "shown_loss_last": rounded(float(trained[-1])) if trained.size else None,
+            "test_step_returns": '{"loss": ...}',
+        },
+    )
+    step_of = {"test_step_of": cls}
+    return with_rewrite(finding, source, first_rewrite(source, (feed_val_loss_to_metrics, step_of)))
 
 
 def _fit_losses(record: Record, model: str) -> tuple[np.ndarray, int, np.ndarray]:
@@ -144,7 +224,7 @@ def _shim_warned_in_training(record: Record, rows: np.ndarray) -> WarningRecord 
     return None
 
 
-def _finding(state: TrainedState, returned: np.ndarray, fits: int) -> Finding:
+def _finding(state: TrainedState, returned: np.ndarray, fits: int, val_untracked: bool) -> Finding:
     cls = state.custom_train_step
     epochs = len(state.shown_losses)
     median = float(np.median(returned))
@@ -161,6 +241,13 @@ def _finding(state: TrainedState, returned: np.ndarray, fits: int) -> Finding:
             f" from {float(returned.min()):.4g} to {float(returned.max()):.4g}, and `fit`"
             f" showed 0.0 for {every} (its progress bar, `History`, and callbacks that watch"
             " `loss`)."
+            + (
+                f' `{state.custom_test_step}.test_step` returns `{{"loss": ...}}` alike: the'
+                " validation's `val_loss` read 0.0 for every epoch too, and `evaluate` returns"
+                " 0.0."
+                if val_untracked
+                else ""
+            )
         ),
         fix=(
             "In the step, feed the loss to the model's metrics and return their results"
@@ -179,6 +266,7 @@ def _finding(state: TrainedState, returned: np.ndarray, fits: int) -> Finding:
             "returned_loss_median": rounded(median),
             "returned_loss_min": rounded(float(returned.min())),
             "returned_loss_max": rounded(float(returned.max())),
+            "test_step_too": val_untracked,
         },
     )
 

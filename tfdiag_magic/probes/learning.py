@@ -52,7 +52,9 @@ class _Watched:
     # Each variable's fingerprint at the end of the latest fit (by id), for a model
     after_fit: dict[int, bytes | None] | None = None
     custom_train_step: str = ""  # a model's class of the code's that defines `train_step`
+    custom_test_step: str = ""  # and `test_step`
     shown_losses: list[float] = field(default_factory=list)  # its fits' History "loss"
+    shown_val_losses: list[float] = field(default_factory=list)  # and "val_loss"
 
 
 class LearningProbe:
@@ -101,7 +103,8 @@ class LearningProbe:
                     optimizer_class=type(optimizer).__name__ if optimizer is not None else "",
                     iterations=_iterations(optimizer),
                     variables=_fingerprints(list(model.trainable_variables)),
-                    custom_train_step=_train_step_owner(model),
+                    custom_train_step=_step_owner(model, "train_step"),
+                    custom_test_step=_step_owner(model, "test_step"),
                 )
             )
         except Exception:  # never the user's run's problem
@@ -191,27 +194,30 @@ def _final(watched: _Watched, batches: dict[Any, int]) -> TrainedState | None:
         weights=weights,
         custom_train_step=watched.custom_train_step,
         shown_losses=tuple(watched.shown_losses),
+        custom_test_step=watched.custom_test_step,
+        shown_val_losses=tuple(watched.shown_val_losses),
     )
 
 
 def _note_shown_losses(watched: _Watched, model: Any) -> None:
-    """Keep the "loss" the fit that just ended showed for each of its epochs: what its
-    `History` callback (`model.history`, set by Keras for each fit) holds."""
+    """Keep the "loss" and "val_loss" the fit that just ended showed for each of its epochs:
+    what its `History` callback (`model.history`, set by Keras for each fit) holds."""
     try:
-        losses = model.history.history.get("loss") or []
-        room = SHOWN_LOSSES - len(watched.shown_losses)
-        watched.shown_losses.extend(float(value) for value in list(losses)[:room])
+        history = model.history.history
+        for key, kept in (("loss", watched.shown_losses), ("val_loss", watched.shown_val_losses)):
+            values = history.get(key) or []
+            kept.extend(float(value) for value in list(values)[: SHOWN_LOSSES - len(kept)])
     except Exception:  # no History, or values that are no numbers: nothing shown to note
         return
 
 
-def _train_step_owner(model: Any) -> str:
-    """The name of the first class of the model's, outside Keras, that defines `train_step`
-    ("" where only Keras' own classes do)."""
+def _step_owner(model: Any, step: str) -> str:
+    """The name of the first class of the model's, outside Keras, that defines the method
+    `step` ("train_step", "test_step"; "" where only Keras' own classes do)."""
     for cls in type(model).__mro__:
         if str(getattr(cls, "__module__", "")).split(".")[0] == "keras":
             return ""
-        if "train_step" in vars(cls):
+        if step in vars(cls):
             return cls.__qualname__
     return ""
 

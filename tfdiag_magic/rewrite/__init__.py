@@ -24,8 +24,8 @@ lines of the source given (that line included, when there is one).
 - larger_batch / steps_per_execution: more work per step
 - tune_input_pipeline: parallel map/interleave, final prefetch
 - vectorise_element_loop: element-by-element NumPy loops
-- feed_loss_to_metrics / metrics_fed_by_hand: a Keras 2 `train_step`'s loss fed to Keras 3's
-  metrics
+- feed_loss_to_metrics / feed_val_loss_to_metrics / metrics_fed_by_hand: a Keras 2
+  `train_step`'s (or `test_step`'s) loss fed to Keras 3's metrics
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ reduce_retracing = _deferred("reduce_retracing", "retracing")
 scalars_to_tensors = _deferred("scalars_to_tensors", "retracing")
 vectorise_element_loop = _deferred("vectorise_element_loop", "vectorise")
 feed_loss_to_metrics = _deferred("feed_loss_to_metrics", "tracked_loss")
+feed_val_loss_to_metrics = _deferred("feed_val_loss_to_metrics", "tracked_loss")
 metrics_fed_by_hand = _deferred("metrics_fed_by_hand", "tracked_loss")
 calls_compiled_metrics = _deferred("calls_compiled_metrics", "tracked_loss")
 
@@ -88,6 +89,7 @@ __all__ = [
     "datasets_built_once",
     "detach_appends",
     "feed_loss_to_metrics",
+    "feed_val_loss_to_metrics",
     "fit_once",
     "gradient_accumulation",
     "hoist_function",

@@ -11,7 +11,8 @@ does:
             metric.update_state(loss)
     return {m.name: m.result() for m in self.metrics}
 
-Only the `train_step` of the class the diagnosis named, and only its own ``return`` statements
+Only the `train_step` of the class the diagnosis named (and its `test_step`, which Keras'
+`evaluate` and a fit's validation show the same way), and only its own ``return`` statements
 of a one-entry dict keyed ``"loss"`` (not those of functions defined inside it).
 
 A Keras 2 step that calls ``self.compiled_metrics.update_state(y, y_pred)`` calls Keras 3's
@@ -29,10 +30,26 @@ import libcst as cst
 from .common import Cell, parse_cell, parse_stmts, rewrite_cell, walk_skipping_defs
 
 
-def feed_loss_to_metrics(source: str, train_step_of: str) -> str | None:
-    """The cell with `train_step_of`'s `train_step` feeding its loss to the model's metrics;
+def feed_loss_to_metrics(
+    source: str, train_step_of: str, test_step_of: str | None = None
+) -> str | None:
+    """The cell with `train_step_of`'s `train_step` feeding its loss to the model's metrics,
+    and `test_step_of`'s `test_step` too where that is given and returns its loss alike;
     None where that class, its step or such a return is not in the cell."""
-    return rewrite_cell(source, lambda cell: _transform(cell, train_step_of))
+
+    def both(cell: Cell) -> cst.Module | None:
+        module = _transform(cell.module, train_step_of, "train_step")
+        if module is not None and test_step_of:
+            module = _transform(module, test_step_of, "test_step") or module
+        return module
+
+    return rewrite_cell(source, both)
+
+
+def feed_val_loss_to_metrics(source: str, test_step_of: str) -> str | None:
+    """The cell with `test_step_of`'s `test_step` feeding its loss to the model's metrics;
+    None where that class, its step or such a return is not in the cell."""
+    return rewrite_cell(source, lambda cell: _transform(cell.module, test_step_of, "test_step"))
 
 
 def metrics_fed_by_hand(source: str, train_step_of: str) -> str | None:
@@ -155,8 +172,8 @@ def _in_place_of(
     return cst.FlattenSentinel([first, *statements[1:]])
 
 
-def _transform(cell: Cell, class_name: str) -> cst.Module | None:
-    step = _train_step(cell.module, class_name.rsplit(".", 1)[-1])
+def _transform(module: cst.Module, class_name: str, method: str) -> cst.Module | None:
+    step = _method(module, class_name.rsplit(".", 1)[-1], method)
     if step is None or not step.params.params:
         return None
     model = step.params.params[0].name.value  # `self`, as the method calls it
@@ -174,7 +191,7 @@ def _transform(cell: Cell, class_name: str) -> cst.Module | None:
         for line in returns
     }
     new_step = step.visit(_Replace(replaced))
-    return cell.module.deep_replace(step, new_step)  # type: ignore[return-value]
+    return module.deep_replace(step, new_step)  # type: ignore[return-value]
 
 
 def _train_step(module: cst.Module, class_name: str) -> cst.FunctionDef | None:

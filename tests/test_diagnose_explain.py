@@ -32,6 +32,7 @@ CODES = [
     "nonfinite-loss",
     "no-learning",
     "untracked-loss",
+    "metric-on-logits",
     "retracing",
     "eager-step",
     "repeated-keras-call",

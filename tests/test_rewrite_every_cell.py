@@ -23,6 +23,7 @@ from . import (
     test_rewrite_epoch_datasets,
     test_rewrite_inline_step,
     test_rewrite_keras_loops,
+    test_rewrite_logits_threshold,
     test_rewrite_numpy_batches,
     test_rewrite_pipeline,
     test_rewrite_precision_memory,
@@ -164,6 +165,7 @@ def _cells() -> list[str]:
         test_rewrite_epoch_datasets,
         test_rewrite_inline_step,
         test_rewrite_keras_loops,
+        test_rewrite_logits_threshold,
         test_rewrite_numpy_batches,
         test_rewrite_pipeline,
         test_rewrite_precision_memory,
@@ -199,6 +201,7 @@ REWRITES = {
     "feed_loss_to_metrics": {"train_step_of": "Custom"},
     "metrics_fed_by_hand": {"train_step_of": "CustomModel"},
     "feed_val_loss_to_metrics": {"test_step_of": "Validated"},
+    "threshold_logits_at_zero": {"kinds": ("BinaryAccuracy",)},
 }
 
 

@@ -413,6 +413,19 @@ class ModelBuilt:
     line: int = -1  # the line of the cell or script that built it (see `Record.lines`); -1
 
 
+@dataclass(frozen=True)
+class LogitsMetric:
+    """A metric `fit` showed that counts a model's output above `threshold` as class 1, while
+    the model's loss reads its outputs as logits (probes/logits_metrics.py)."""
+
+    metric: str  # its name, as fit shows it ("accuracy")
+    kind: str  # its class ("BinaryAccuracy", "Precision", "Recall")
+    threshold: float  # what it counts an output as class 1 above (0.5 by default)
+    loss: str  # the loss's class, built with from_logits=True
+    output_layer: str  # the layer making the model's output, its activation linear
+    shown_last: float  # the last value fit showed for it (NaN: none)
+
+
 @dataclass
 class TrainedState:
     """What trained during the run, and whether its weights moved: a Keras model that ran
@@ -440,6 +453,8 @@ class TrainedState:
     custom_test_step: str = ""
     # model: the "val_loss" its fits showed for each epoch that validated, at most SHOWN_LOSSES
     shown_val_losses: tuple[float, ...] = ()
+    # model: its metrics that threshold its logits as if they were probabilities, at its last fit
+    logits_metrics: tuple[LogitsMetric, ...] = ()
 
 
 @dataclass

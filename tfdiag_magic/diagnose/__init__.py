@@ -23,6 +23,7 @@ RULE_MODULES: tuple[str, ...] = (
     "nonfinite_loss",
     "no_learning",
     "untracked_loss",
+    "metric_on_logits",
     "retracing",
     "eager_step",
     "repeated_keras_call",

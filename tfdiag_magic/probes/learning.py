@@ -2,18 +2,19 @@
 
 What trains is seen by the Keras and optimizer probes: a Keras model about to run its first
 training batch of the run (fit, train_on_batch), and an optimizer whose `apply` a custom loop
-calls for the first time (outside Keras' own training calls, which the model covers). They
-call the recorder's `first_training` / `first_update`, which call the hooks this probe sets.
-Each object is read at that first sight, before its first batch or update, and in `finish`;
-a model also at the end of each top-level `fit`, as code may set its weights back after
-training (the mixed-precision guide resets a model to its first weights to train it again
-another way): a variable changed at either read has changed. At that end the fit's `History`
-gives the loss it showed for each epoch, and a model's first sight whether the code's own
-class defines its `train_step` (`untracked-loss`). A read takes the optimizer's
-`iterations` and a fingerprint of each trainable variable: a digest of its values, read to
-the host (inside a tf.function being traced, in the eager context that `tf.init_scope`
-gives). Variables over `FINGERPRINT_ELEMENTS` elements, or past `READ_ELEMENTS` elements an
-object, are counted but not read.
+calls for the first time (outside Keras' own training calls, which the model covers). They call
+the recorder's `first_training` / `first_update`, which call the hooks this probe sets. Each
+object is read at that first sight, before its first batch or update, and in `finish`; a model
+also at the end of each top-level `fit`, as code may set its weights back after training (the
+mixed-precision guide resets a model to its first weights to train it again another way): a
+variable changed at either read has changed. At that end the fit's `History` gives the loss it
+showed for each epoch, and a model's first sight whether the code's own class defines its
+`train_step` or `test_step` (`untracked-loss`); the model's loss, output layer and metrics say
+whether a metric thresholds its logits (probes/logits_metrics.py). A read takes the optimizer's
+`iterations` and a fingerprint of each trainable variable: a digest of its values, read to the
+host (inside a tf.function being traced, in the eager context that `tf.init_scope` gives).
+Variables over `FINGERPRINT_ELEMENTS` elements, or past `READ_ELEMENTS` elements an object, are
+counted but not read.
 
 Nothing is read per step: the per-step path only tests a weak reference's membership in a
 set and counts a model's training batches. Only weak references to the user's objects are
@@ -31,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from ..record import Record, TrainedState
+from ..record import LogitsMetric, Record, TrainedState
 from ..recorder import Recorder
+from .logits_metrics import logits_metrics
 
 FINGERPRINT_ELEMENTS = 1 << 22  # 16 MiB of float32: read to the host once at each end
 READ_ELEMENTS = 1 << 24  # elements read in all for one object, at one end
@@ -55,6 +57,7 @@ class _Watched:
     custom_test_step: str = ""  # and `test_step`
     shown_losses: list[float] = field(default_factory=list)  # its fits' History "loss"
     shown_val_losses: list[float] = field(default_factory=list)  # and "val_loss"
+    logits_metrics: tuple[LogitsMetric, ...] = ()  # read at the end of its latest fit
 
 
 class LearningProbe:
@@ -125,6 +128,7 @@ class LearningProbe:
                 except Exception:  # never the user's run's problem
                     each.after_fit = None
                 _note_shown_losses(each, model)
+                each.logits_metrics = logits_metrics(model) or each.logits_metrics
                 return
 
     def _optimizer_seen(self, optimizer: Any, variables: Any) -> None:
@@ -196,6 +200,7 @@ def _final(watched: _Watched, batches: dict[Any, int]) -> TrainedState | None:
         shown_losses=tuple(watched.shown_losses),
         custom_test_step=watched.custom_test_step,
         shown_val_losses=tuple(watched.shown_val_losses),
+        logits_metrics=watched.logits_metrics,
     )
 
 

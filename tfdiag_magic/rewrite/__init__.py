@@ -26,6 +26,7 @@ lines of the source given (that line included, when there is one).
 - vectorise_element_loop: element-by-element NumPy loops
 - feed_loss_to_metrics / feed_val_loss_to_metrics / metrics_fed_by_hand: a Keras 2
   `train_step`'s (or `test_step`'s) loss fed to Keras 3's metrics
+- threshold_logits_at_zero: accuracy, precision and recall of a logits model thresholded at 0
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ feed_loss_to_metrics = _deferred("feed_loss_to_metrics", "tracked_loss")
 feed_val_loss_to_metrics = _deferred("feed_val_loss_to_metrics", "tracked_loss")
 metrics_fed_by_hand = _deferred("metrics_fed_by_hand", "tracked_loss")
 calls_compiled_metrics = _deferred("calls_compiled_metrics", "tracked_loss")
+threshold_logits_at_zero = _deferred("threshold_logits_at_zero", "logits_threshold")
 
 __all__ = [
     "MEMORY_GROWTH_CELL",
@@ -103,6 +105,7 @@ __all__ = [
     "reduce_retracing",
     "scalars_to_tensors",
     "steps_per_execution",
+    "threshold_logits_at_zero",
     "train_on_batch_in_loop",
     "tune_input_pipeline",
     "unified_diff",

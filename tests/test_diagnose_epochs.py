@@ -94,7 +94,7 @@ def test_the_rewrite_of_a_pandas_fit_casts_as_keras_does(tab):
     assert (call.x_cast, call.y_cast) == ("float32", "float32")
     f = the(r, "keras-epoch-setup")
     assert f.evidence["data"] == ["pandas"]
-    assert 'np.asarray(frame, dtype="float32")' in f.rewrite, f.rewrite
+    assert 'np.asarray(frame, dtype="float32").reshape(len(frame), -1)' in f.rewrite, f.rewrite
     result, fixed = profiled(tab, f.rewrite)
     assert result.success, result.error_in_exec
     assert fixed.record.phase_counts() == r.record.phase_counts()
@@ -108,7 +108,36 @@ def test_a_frame_keras_does_not_cast_is_read_as_it_is(tab):
     )
     assert (call.x_cast, call.y_cast) == ("", "")
     f = the(r, "keras-epoch-setup")
-    assert "np.asarray(frame), np.asarray(labels)" in f.rewrite, f.rewrite
+    assert (
+        "np.asarray(frame).reshape(len(frame), -1), np.asarray(labels).reshape(len(labels), -1)"
+        in f.rewrite
+    ), f.rewrite
+
+
+def test_the_rewrite_of_a_fit_on_one_series_feeds_it_as_keras_does(tab):
+    # The "Basic regression" tutorial's first model: one `Horsepower` series through a
+    # `Normalization(input_shape=[1,], axis=None)`. Keras feeds a series as one column; fed as
+    # a vector the rewritten fit traced on rank-1 batches, and the tutorial's `evaluate` on the
+    # series afterwards failed on a shape of unknown rank.
+    cell = (
+        "import pandas as pd\nx, y = table(314)\n"
+        "frame = pd.DataFrame(x.astype('float64'), columns=list('abcdefghi'))\n"
+        "labels = pd.Series(y[:, 0].astype('float64'))\n"
+        "norm = keras.layers.Normalization(input_shape=[1,], axis=None)\n"
+        "norm.adapt(np.array(frame['a']))\n"
+        "model = keras.Sequential([norm, keras.layers.Dense(1)])\n"
+        "model.compile(optimizer=keras.optimizers.Adam(0.1), loss='mean_absolute_error')\n"
+        "history = model.fit(frame['a'], labels, validation_split=0.2, verbose=0, epochs=40)\n"
+        "score = model.evaluate(frame['a'], labels, verbose=0)\n"
+    )
+    result, r = profiled(tab, cell)
+    assert result.success
+    f = the(r, "keras-epoch-setup")
+    assert "np.asarray(frame['a'], dtype=\"float32\").reshape(len(frame['a']), -1)" in f.rewrite
+    result, fixed = profiled(tab, f.rewrite)
+    assert result.success, result.error_in_exec  # evaluate on the series, as before
+    assert tab.user_ns["train_data"].element_spec[0].shape.as_list() == [None, 1]
+    assert fixed.record.phase_counts()["train"] == r.record.phase_counts()["train"]
 
 
 def test_long_epochs_are_silent(tab):

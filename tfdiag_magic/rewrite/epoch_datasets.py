@@ -15,7 +15,12 @@ its end. The rewrite builds both once, before the call, as Keras would split and
 shuffle (Keras shuffles the whole training part each epoch; a buffer of its size does too).
 pandas data goes through ``np.asarray`` first, with the float type Keras casts it to where it
 casts it (a frame with a float64 column is cast whole, its bool columns from `pd.get_dummies`
-included: as an array of mixed columns it is one of Python objects, which tf.data refuses).
+included: as an array of mixed columns it is one of Python objects, which tf.data refuses), and
+in the shape Keras gives it: a series becomes one column, ``(n, 1)``, as Keras' own adapter
+makes it (``.reshape(len(x), -1)``, which leaves a frame's rows as they are). Fed as ``(n,)``,
+the model of TensorFlow's "Basic regression" tutorial (one `Horsepower` series) traced its
+functions on batches of rank 1, and its later `evaluate` on the series failed ("Cannot take
+the length of shape with unknown rank").
 Limits: ``x`` and ``y`` must be names, attributes or subscripts (each is read twice: the
 slices), passed as the first two arguments or as ``x=``/``y=``; a call with other arguments
 (``sample_weight``, ``class_weight``, ``steps_per_epoch``...), ``**kwargs``, or a ``shuffle``
@@ -113,8 +118,11 @@ def _fresh(taken: set[str], base: str) -> str:
 
 
 def _as_array(np_name: str, code: str, cast: str) -> str:
-    """`code` as a NumPy array, of the float type `cast` where Keras casts it."""
-    return f'{np_name}.asarray({code}, dtype="{cast}")' if cast else f"{np_name}.asarray({code})"
+    """pandas data `code` as the NumPy array Keras makes of it: of the float type `cast` where
+    Keras casts it, and in rows of columns (Keras makes a series one column, `(n, 1)`; a
+    frame's rows are already so)."""
+    array = f'{np_name}.asarray({code}, dtype="{cast}")' if cast else f"{np_name}.asarray({code})"
+    return f"{array}.reshape(len({code}), -1)"
 
 
 def _plan(

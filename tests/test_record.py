@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Kind, Phase, Record
+from tfdiag_magic.record import KINDS, PHASES, STEP_COLUMNS, Kind, Phase, Record, TraceEvent
 from tfdiag_magic.recorder import LOSS_BATCH, Recorder
 from tfdiag_magic.report import build_report
 from tfdiag_magic.result import ProfileResult
@@ -292,6 +292,31 @@ def test_time_split_of_loops_alone_counts_every_top_level_loop_once():
     assert split.compute == pytest.approx(2.1)
     assert split.data_wait == pytest.approx(0.4)
     assert split.other == pytest.approx(0.5)
+
+
+def test_time_split_of_loops_alone_counts_tracing_inside_their_bodies_once():
+    # A review's distributed training loop whose step raised as it first traced: two loop
+    # iterations (2.05 s of bodies), no function step recorded, 1.18 s of tracing inside
+    # them. It read "compute 92%, tracing 53%": the tracing counted in both.
+    rows = [(0.0, 1.0, 0, -1), (1.05, 1.0, 1, -1)]
+    empty = Record().steps
+    record = Record(wall_time=2.2)
+    record.steps = {name: np.zeros(len(rows), dtype=empty[name].dtype) for name in STEP_COLUMNS}
+    for i, (start, duration, loop, epoch) in enumerate(rows):
+        record.steps["start"][i], record.steps["duration"][i] = start, duration
+        record.steps["loop"][i], record.steps["epoch"][i] = loop, epoch
+    record.steps["phase"][:] = PHASES.index("loop")
+    record.steps["kind"][:] = KINDS.index("loop")
+    record.steps["data_wait"][:] = np.nan
+    record.traces = [
+        TraceEvent(0.2, 0.6, "train_step", "", False),
+        TraceEvent(0.3, 0.2, "inner", "", True),  # nested: inside its caller's
+        TraceEvent(1.1, 0.58, "train_step", "", False),
+    ]
+    split = time_split(record)
+    assert split.tracing == pytest.approx(1.18)
+    assert split.compute == pytest.approx(2.0 - 1.18)
+    assert split.compute + split.tracing + split.other == pytest.approx(2.2)
 
 
 def test_steps_per_second_leave_out_the_pauses_between_a_phases_steps():

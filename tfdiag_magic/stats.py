@@ -311,6 +311,16 @@ def time_split(record: Record) -> TimeSplit:
         inner_waits = float(np.nansum(steps["data_wait"][is_loop & ~outer]))
         inner_waits += float(record.facts.get("inner_loop_end_wait_s", 0.0) or 0.0)
         compute = float(steps["duration"][outer].sum()) - inner_waits
+        if tracing > 0.0:
+            # Less the tracing inside the bodies (a function that raised as it first traced
+            # left no step of its own): counted once, as tracing.
+            body_starts, body_durations = steps["start"][outer], steps["duration"][outer]
+            bodies = _covered_time(body_starts, body_durations)
+            both = _covered_time(
+                np.concatenate((body_starts, trace_starts)),
+                np.concatenate((body_durations, trace_durations)),
+            )
+            compute -= bodies + tracing - both
     compute = max(compute, 0.0)
     epoch_setup = epoch_setup_seconds(record)
     other = max(wall - compute - data_wait - tracing - callbacks - epoch_setup, 0.0)

@@ -173,10 +173,14 @@ def _pydataset_timer(data: Any, patcher: Patcher) -> ItemTimer | None:
     try:
         from keras.utils import PyDataset
 
-        if not isinstance(data, PyDataset) or bool(getattr(data, "use_multiprocessing", False)):
+        # The settings as Keras keeps them, not through its properties: those warn (from a
+        # line of their own, which Python's once-per-place filter does not know) and set the
+        # defaults on a PyDataset whose `__init__` did not call `super().__init__`.
+        state = vars(data) if isinstance(data, PyDataset) else {}
+        if not isinstance(data, PyDataset) or bool(state.get("_use_multiprocessing", False)):
             return None
         cls = type(data)
-        timer = ItemTimer(data, getattr(data, "workers", 1) or 1)
+        timer = ItemTimer(data, state.get("_workers", 1) or 1)
         patcher.replace(cls, "__getitem__", timer.wrap(cls.__getitem__))
         return timer
     except Exception:

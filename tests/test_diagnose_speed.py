@@ -9,7 +9,8 @@ import pytest
 
 from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, rising_steps, the
 from tests.helpers import profiled
-from tfdiag_magic.diagnose import progressive_slowdown
+from tfdiag_magic.diagnose import eager_model_calls, progressive_slowdown
+from tfdiag_magic.record import LoopInfo, Record
 from tfdiag_magic.recorder import Recorder
 
 MIB = 1 << 20
@@ -385,6 +386,22 @@ def test_eager_model_calls_between_compiled_steps_are_named(ip):
     assert "between its compiled steps" in f.detail
     assert "update the metric" in f.fix
     assert_silent(r, "eager-step")
+
+
+def test_eager_model_calls_are_weighed_against_the_time_the_thread_was_let_run():
+    # That loop beside two CPU hogs (a crowded `make test` once missed it): its 1,500 calls took
+    # 2.5 s of a 10.4 s run, 24%, while its thread waited 5 s for a CPU; quiet, 1.9 s of 4.2 s.
+    record = Record(wall_time=10.4)
+    record.loops = [LoopInfo(1, 4, "for x, y in batches:", iterations=1500, has_steps=True)]
+    record.loops[0].model_calls, record.loops[0].model_seconds = 1500, 2.5
+    assert eager_model_calls.check(record, None) is None  # the wait unknown: 24% of the run
+    record.facts["thread_cpu_wait_s"] = 5.0
+    f = eager_model_calls.check(record, None)
+    assert f is not None and f.evidence["thread_waited_for_cpu_s"] == 5.0, f
+    assert f.evidence["share_of_cell"] == pytest.approx(2.5 / 10.4, abs=1e-3)
+    # A wait longer than the rest of the run leaves the calls' own time as the least.
+    record.facts["thread_cpu_wait_s"] = 10.0
+    assert eager_model_calls.check(record, None) is not None
 
 
 def test_no_eager_model_calls_where_the_metric_takes_the_steps_outputs(ip):

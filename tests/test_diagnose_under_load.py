@@ -21,8 +21,9 @@ from tfdiag_magic.diagnose.progressive_slowdown import _half_rises, _splits_into
 # pattern, token ids instead of raw text). Its autotuning is off: beside a neighbour an
 # autotuned iterator's shut-down sleeps at epoch starts and the fit's end (measured on a crowded
 # CI run: 2 epoch starts and the end, 1.07 s median, 22% of the run), a true `epoch-start-stall`
-# that test_diagnose_epoch_starts covers. The subject here is slowdown, and the assertion stays
-# "no problem at all".
+# that test_diagnose_epoch_starts covers. Its accuracy thresholds the logits at 0 (`"accuracy"`
+# would threshold them at 0.5: a true `metric-on-logits`). The subject here is slowdown, and
+# the assertion stays "no problem at all".
 TEXT = """
 import numpy as np, tensorflow as tf, keras
 rng = np.random.default_rng(0)
@@ -39,7 +40,7 @@ LSTM_CELL = (
     "model = keras.Sequential([keras.Input((40,)), keras.layers.Embedding(1000, 32),\n"
     "                          keras.layers.LSTM(32), keras.layers.Dense(1)])\n"
     "model.compile(optimizer='adam', loss=keras.losses.BinaryCrossentropy(from_logits=True),\n"
-    "              metrics=['accuracy'])\n"
+    "              metrics=[keras.metrics.BinaryAccuracy(threshold=0.0)])\n"
     "history = model.fit(train_ds, epochs=4, verbose=0, callbacks=callbacks)\n"
 )
 

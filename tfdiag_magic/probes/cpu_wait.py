@@ -1,5 +1,6 @@
 """How long the process's threads waited for a CPU during the run (``facts["cpu_wait_s"]``),
-and how much of the run its CPU work filled (``facts["cpu_share"]``).
+and how much of the run its CPU work filled (``facts["cpu_share"]``); the run's own thread's
+wait alone is ``facts["thread_cpu_wait_s"]``.
 
 Linux counts, for each thread, the time it ran on a CPU and the time it was ready to run and
 waiting in a CPU's run queue (the first two fields of ``/proc/self/task/<tid>/schedstat``).
@@ -83,6 +84,7 @@ class CpuWaitProbe:
         self._waited: float | None = None
         self._share: float | None = None
         self._thread_cpu: float | None = None
+        self._thread_waited: float | None = None  # the run's own thread's run-queue wait
         self._busy_start: float | None = None
         self._own_start = 0.0
         self._other: float | None = None
@@ -116,8 +118,9 @@ class CpuWaitProbe:
         if start is None or end is None:
             return
         self._waited = max(0.0, end.waited - start.waited)
+        self._thread_waited = max(0.0, end.thread_waited - start.thread_waited)
         if wall > 0:
-            ready = wall - max(0.0, end.thread_waited - start.thread_waited)
+            ready = wall - self._thread_waited
             ran = max(0.0, end.thread_ran - start.thread_ran)
             self._thread_cpu = min(1.0, ran / wall)
             own = ran / ready if ready > 0 else 1.0
@@ -131,6 +134,8 @@ class CpuWaitProbe:
             record.facts["cpu_share"] = round(self._share, 4)
         if self._thread_cpu is not None:
             record.facts["thread_cpu_share"] = round(self._thread_cpu, 4)
+        if self._thread_waited is not None:
+            record.facts["thread_cpu_wait_s"] = round(self._thread_waited, 6)
         if self._other is not None:
             record.facts["other_cpu_s"] = round(self._other, 6)
         if self._load is not None:

@@ -197,23 +197,30 @@ def step(b):
 """
 
 
-@pytest.mark.alone
-def test_a_loop_of_the_codes_whose_iterator_shuts_down_asleep_is_found(ip, two_cpu_hogs):
-    ip.run_cell(LOOP)
-    result, r = profiled(ip, "for epoch in range(60):\n    for b in ds:\n        step(b)\n")
-    assert result.success
-    # Each of the loop's 60 ends is measured, whatever the machine; how many slept is the
-    # machine's (above). Where they slept well past every bar the finding must name them; under
-    # its 1 s floor it must not; between, the bars decide (the tests on records above).
-    (loop,) = [each for each in r.record.loops if each.source == "for b in ds:"]
-    assert loop.releases_measured == 60, loop
-    assert loop.release_cpu < 0.3 * loop.release_asleep or not loop.releases_stalled, loop
+def _judged_by_the_sleep_recorded(r, loop: LoopInfo) -> list:
+    """The run's `epoch-start-stall` findings, checked against the sleep its loop's ends
+    recorded: where they slept well past every bar (10 ends, 1.5 s) the finding must be there;
+    under its 1 s floor it must not; between, the bars decide (the tests on records)."""
     found = [f for f in r.findings if f.code == "epoch-start-stall"]
     print(f"{loop.releases_stalled} ends slept {loop.release_asleep:.2f} s, found: {bool(found)}")
     if loop.releases_stalled >= 10 and loop.release_asleep >= 1.5:
         assert found, listing(r)
     if loop.release_asleep < epoch_start_stall.MIN_SECONDS:
         assert not found, listing(r)
+    return found
+
+
+@pytest.mark.alone
+def test_a_loop_of_the_codes_whose_iterator_shuts_down_asleep_is_found(ip, two_cpu_hogs):
+    ip.run_cell(LOOP)
+    result, r = profiled(ip, "for epoch in range(60):\n    for b in ds:\n        step(b)\n")
+    assert result.success
+    # Each of the loop's 60 ends is measured, whatever the machine; how many slept is the
+    # machine's (above), and the finding is judged by it.
+    (loop,) = [each for each in r.record.loops if each.source == "for b in ds:"]
+    assert loop.releases_measured == 60, loop
+    assert loop.release_cpu < 0.3 * loop.release_asleep or not loop.releases_stalled, loop
+    found = _judged_by_the_sleep_recorded(r, loop)
     for f in found:
         ev = f.evidence
         assert ev["loops"] == ["line 3: for b in ds:"] and ev["loop_releases_measured"] == 60, ev
@@ -281,12 +288,7 @@ def test_a_loop_over_a_distributed_dataset_is_judged_by_the_sleep_it_recorded(ip
     assert result.success
     (loop,) = [each for each in r.record.loops if each.source == "for batch in dist_ds:"]
     assert loop.releases_measured == 24, loop
-    found = [f for f in r.findings if f.code == "epoch-start-stall"]
-    print(f"{loop.releases_stalled} ends slept {loop.release_asleep:.2f} s, found: {bool(found)}")
-    if loop.releases_stalled >= 10 and loop.release_asleep >= 1.5:
-        assert found, listing(r)
-    if loop.release_asleep < epoch_start_stall.MIN_SECONDS:
-        assert not found, listing(r)
+    found = _judged_by_the_sleep_recorded(r, loop)
     for f in found:
         assert f.evidence["distributed_loops"] == 1, f.evidence
         assert "experimental_distribute_dataset(dataset.repeat())" in f.fix, f.fix

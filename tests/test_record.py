@@ -271,6 +271,20 @@ def test_a_loop_inside_a_loop_is_not_counted_twice_in_the_loops_time():
     assert loop.warmup_time == pytest.approx(2.0)
 
 
+def _loop_rows(rows: list[tuple[float, float, int, int, float]], wall: float) -> Record:
+    """A record of loop iterations alone: each (start, duration, loop, epoch, data wait)."""
+    empty = Record().steps
+    record = Record(wall_time=wall)
+    record.steps = {name: np.zeros(len(rows), dtype=empty[name].dtype) for name in STEP_COLUMNS}
+    for i, (start, duration, loop, epoch, wait) in enumerate(rows):
+        record.steps["start"][i], record.steps["duration"][i] = start, duration
+        record.steps["loop"][i], record.steps["epoch"][i] = loop, epoch
+        record.steps["data_wait"][i] = wait
+    record.steps["phase"][:] = PHASES.index("loop")
+    record.steps["kind"][:] = KINDS.index("loop")
+    return record
+
+
 def test_time_split_of_loops_alone_counts_every_top_level_loop_once():
     # A first loop of two 1 s iterations, each holding an inner loop's two 0.3 s iterations
     # that waited 0.1 s each for their items; then a second top-level loop of one 0.5 s
@@ -279,16 +293,7 @@ def test_time_split_of_loops_alone_counts_every_top_level_loop_once():
     rows = [(0.0, 1.0, 0, -1, 0.0), (0.1, 0.3, 1, 0, 0.1), (0.5, 0.3, 1, 0, 0.1),
             (1.0, 1.0, 0, -1, 0.0), (1.1, 0.3, 1, 1, 0.1), (1.5, 0.3, 1, 1, 0.1),
             (2.0, 0.5, 2, -1, 0.0)]  # fmt: skip
-    empty = Record().steps
-    record = Record(wall_time=3.0)
-    record.steps = {name: np.zeros(len(rows), dtype=empty[name].dtype) for name in STEP_COLUMNS}
-    for i, (start, duration, loop, epoch, wait) in enumerate(rows):
-        record.steps["start"][i], record.steps["duration"][i] = start, duration
-        record.steps["loop"][i], record.steps["epoch"][i] = loop, epoch
-        record.steps["data_wait"][i] = wait
-    record.steps["phase"][:] = PHASES.index("loop")
-    record.steps["kind"][:] = KINDS.index("loop")
-    split = time_split(record)
+    split = time_split(_loop_rows(rows, wall=3.0))
     assert split.compute == pytest.approx(2.1)
     assert split.data_wait == pytest.approx(0.4)
     assert split.other == pytest.approx(0.5)
@@ -298,16 +303,7 @@ def test_time_split_of_loops_alone_counts_tracing_inside_their_bodies_once():
     # A review's distributed training loop whose step raised as it first traced: two loop
     # iterations (2.05 s of bodies), no function step recorded, 1.18 s of tracing inside
     # them. It read "compute 92%, tracing 53%": the tracing counted in both.
-    rows = [(0.0, 1.0, 0, -1), (1.05, 1.0, 1, -1)]
-    empty = Record().steps
-    record = Record(wall_time=2.2)
-    record.steps = {name: np.zeros(len(rows), dtype=empty[name].dtype) for name in STEP_COLUMNS}
-    for i, (start, duration, loop, epoch) in enumerate(rows):
-        record.steps["start"][i], record.steps["duration"][i] = start, duration
-        record.steps["loop"][i], record.steps["epoch"][i] = loop, epoch
-    record.steps["phase"][:] = PHASES.index("loop")
-    record.steps["kind"][:] = KINDS.index("loop")
-    record.steps["data_wait"][:] = np.nan
+    record = _loop_rows([(0.0, 1.0, 0, -1, np.nan), (1.05, 1.0, 1, -1, np.nan)], wall=2.2)
     record.traces = [
         TraceEvent(0.2, 0.6, "train_step", "", False),
         TraceEvent(0.3, 0.2, "inner", "", True),  # nested: inside its caller's

@@ -237,6 +237,10 @@ large = make_model(80)
 large.fit(train_large, validation_data=val_large, epochs=3, verbose=0, callbacks=[trail_large])
 """
 
+# Samples every 10 ms: on an AMD EPYC VM each model's span lasted 0.2-0.3 s, where samples every
+# 50 ms (the default, taken at a step's end) left 3-6 in a span, too few to judge it.
+DENSE = "-q -o r --memory-interval 0.01"
+
 IMAGES = """
 import numpy as np, tensorflow as tf, keras
 rng = np.random.default_rng(0)
@@ -249,7 +253,7 @@ val_labels = rng.integers(0, 5, size=(256,))
 
 def test_no_host_memory_growth_for_two_models_on_caches_filling_in_their_first_epochs(ip):
     ip.run_cell(IMAGES + "KEEP = False\n")
-    result, r = profiled(ip, TWO_CACHED_MODELS)
+    result, r = profiled(ip, TWO_CACHED_MODELS, DENSE)
     assert result.success
     assert len(r.record.models) == 2
     grew = max(int(r.record.memory[key].max() - r.record.memory[key][0]) for key in MEASURE_KEYS)
@@ -265,7 +269,7 @@ def test_host_memory_growth_kept_per_step_next_to_two_models_and_their_caches(ip
     # 2 such epochs keep about 170 MiB (with one epoch fewer each, 55 MiB was read within
     # the spans, under the finding's 64 MiB).
     ip.run_cell(IMAGES + "KEEP = True\n")
-    result, r = profiled(ip, TWO_CACHED_MODELS)
+    result, r = profiled(ip, TWO_CACHED_MODELS, DENSE)
     assert result.success
     f = the(r, "host-memory-growth")
     assert f.severity == "warning"

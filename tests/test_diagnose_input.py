@@ -1457,11 +1457,14 @@ def test_a_slow_heap_read_is_not_the_loops_cpu(ip):
 
 def test_a_python_loop_over_data_is_on_the_cpu(img):
     # The other side of the sleeping loop's silence: pixel-by-pixel work keeps the process on
-    # the CPU for most of the loop's time (0.5 of it beside a busy neighbour on its core).
+    # the CPU for most of the loop's time (0.5 of it beside a busy neighbour on its core). The
+    # loop is nearly the whole run, so the time the run's thread waited for a CPU is the loop's:
+    # at a load of 8 on 2 vCPUs the loop ran 1.5 s of 5.2 s, the rest of it waiting to run.
     result, r = profiled(img, GRAYSCALE.format(images=150, side=48))
     assert result.success
     f = the(r, "python-preprocessing")
-    assert f.evidence["cpu_s"] >= 0.3 * f.evidence["seconds"], f.evidence
+    waited = min(r.record.facts.get("thread_cpu_wait_s", 0.0), 0.5 * f.evidence["seconds"])
+    assert f.evidence["cpu_s"] >= 0.3 * (f.evidence["seconds"] - waited), (f.evidence, waited)
 
 
 def test_no_python_preprocessing_for_vectorised_work_and_a_short_loop(img):

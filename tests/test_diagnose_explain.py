@@ -33,6 +33,7 @@ CODES = [
     "no-learning",
     "untracked-loss",
     "metric-on-logits",
+    "batchnorm-training-mode",
     "retracing",
     "eager-step",
     "repeated-keras-call",

@@ -16,6 +16,7 @@ from tfdiag_magic.rewrite.common import split_magic_line
 
 from . import (
     test_rewrite_accumulation,
+    test_rewrite_batch_norm,
     test_rewrite_batch_size,
     test_rewrite_clear_session,
     test_rewrite_detach,
@@ -158,6 +159,7 @@ def _cells() -> list[str]:
     cells = list(ARTICLE_CELLS)
     for module in (
         test_rewrite_accumulation,
+        test_rewrite_batch_norm,
         test_rewrite_batch_size,
         test_rewrite_clear_session,
         test_rewrite_detach,
@@ -202,6 +204,7 @@ REWRITES = {
     "metrics_fed_by_hand": {"train_step_of": "CustomModel"},
     "feed_val_loss_to_metrics": {"test_step_of": "Validated"},
     "threshold_logits_at_zero": {"kinds": ("BinaryAccuracy",)},
+    "freeze_batch_norm": {},
 }
 
 

@@ -426,6 +426,21 @@ class LogitsMetric:
     shown_last: float  # the last value fit showed for it (NaN: none)
 
 
+@dataclass(frozen=True)
+class PinnedNormalization:
+    """BatchNormalization layers inside a part of a functional model that the graph calls with
+    ``training=False``, whose moving statistics changed during a fit all the same: Keras 3's
+    `fit` passes ``training=True`` over it (probes/inference_mode.py)."""
+
+    part: str  # the layer or model called with training=False
+    layers: int  # BatchNormalization layers in it
+    moved: int  # of them, those whose moving mean or variance changed during the fit
+    trainable: int  # of them, those trainable at the fit's end
+    largest_change: float  # the largest change of a layer's statistics, relative to their size
+    fit: int  # which of the model's fits in the run moved them (1: its first)
+    nested: bool  # some of the layers lie inside a layer or model of the part, not in it
+
+
 @dataclass
 class TrainedState:
     """What trained during the run, and whether its weights moved: a Keras model that ran
@@ -455,6 +470,8 @@ class TrainedState:
     shown_val_losses: tuple[float, ...] = ()
     # model: its metrics that threshold its logits as if they were probabilities, at its last fit
     logits_metrics: tuple[LogitsMetric, ...] = ()
+    # model: BatchNormalization layers called with training=False that its fits moved
+    pinned_moved: tuple[PinnedNormalization, ...] = ()
 
 
 @dataclass

@@ -336,6 +336,7 @@ class Recorder:
         self.on_first_training: Callable[[Any], None] | None = None
         self.on_first_update: Callable[[Any, Any], None] | None = None
         self.on_fit_done: Callable[[Any], None] | None = None
+        self.on_fit_started: Callable[[Any], None] | None = None
         self.error: ErrorInfo | None = None
         # The last exception that left a step, by identity and type (the exception itself
         # would keep every frame it passed through, and their locals, alive: a failed fit's
@@ -1170,6 +1171,12 @@ class Recorder:
         if self.on_first_training is not None:
             self.on_first_training(model)
 
+    def fit_started(self, model: Any) -> None:
+        """A top-level `fit` of `model` is about to run its first batch (after
+        `first_training` where it is the model's first)."""
+        if self.on_fit_started is not None:
+            self.on_fit_started(model)
+
     def fit_done(self, model: Any) -> None:
         """A top-level `fit` of `model` ended: what it trained is read now, as the code may
         set the weights back afterwards (to compare runs from the same start)."""
@@ -1193,6 +1200,7 @@ class Recorder:
         self._loss_values = [None] * LOSS_BATCH
         self._loss_n = 0
         self.on_first_training = self.on_first_update = self.on_fit_done = None
+        self.on_fit_started = None
 
     def _columns(self) -> dict[str, np.ndarray]:
         """The buffer as typed columns; the float64 buffer is released before they are

@@ -24,6 +24,7 @@ RULE_MODULES: tuple[str, ...] = (
     "no_learning",
     "untracked_loss",
     "metric_on_logits",
+    "batchnorm_training_mode",
     "retracing",
     "eager_step",
     "repeated_keras_call",

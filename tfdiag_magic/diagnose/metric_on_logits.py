@@ -94,9 +94,10 @@ def _finding(state: TrainedState, metrics: tuple[LogitsMetric, ...]) -> Finding:
             + " are not the model's."
         ),
         fix=(
-            'Threshold at 0: `keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)` in'
-            ' place of `"accuracy"` (`Precision(thresholds=0.0)`, `Recall(thresholds=0.0)`),'
-            " or end the model with a sigmoid and build the loss with `from_logits=False`."
+            "Threshold at 0: `keras.metrics.BinaryAccuracy(threshold=0.0)` (with"
+            ' `name="accuracy"` where it replaces `"accuracy"`, so `History` keeps its key),'
+            " `Precision(thresholds=0.0)`, `Recall(thresholds=0.0)`; or end the model with a"
+            " sigmoid and build the loss with `from_logits=False`."
         ),
         evidence={
             "model": state.name,

@@ -460,8 +460,10 @@ class KerasProbe:
                     timer = _pydataset_timer(data, probe._call_patcher)
                 meter = InputWaitMeter() if name == "fit" else None
                 probe._meter = meter
-                if name == "fit" and weakref.ref(self) not in rec.trained:
-                    rec.first_training(self)  # before its first batch: its state as it came
+                if name == "fit":
+                    if weakref.ref(self) not in rec.trained:
+                        rec.first_training(self)  # before its first batch: its state as it came
+                    rec.fit_started(self)
             elif name == "evaluate" and rec.driver_depth == 1:
                 # A fit's validation: until its first batch (the last one's iterator goes).
                 probe._validation_began = (rec.keras_epoch, perf_counter(), this_thread_times())

@@ -10,7 +10,9 @@ mixed-precision guide resets a model to its first weights to train it again anot
 variable changed at either read has changed. At that end the fit's `History` gives the loss it
 showed for each epoch, and a model's first sight whether the code's own class defines its
 `train_step` or `test_step` (`untracked-loss`); the model's loss, output layer and metrics say
-whether a metric thresholds its logits (probes/logits_metrics.py). A read takes the optimizer's
+whether a metric thresholds its logits (probes/logits_metrics.py); and the BatchNormalization
+layers its graph calls with ``training=False``, whose moving statistics are read as each fit of
+it starts and ends (probes/inference_mode.py). A read takes the optimizer's
 `iterations` and a fingerprint of each trainable variable: a digest of its values, read to the
 host (inside a tf.function being traced, in the eager context that `tf.init_scope` gives).
 Variables over `FINGERPRINT_ELEMENTS` elements, or past `READ_ELEMENTS` elements an object, are
@@ -32,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..record import LogitsMetric, Record, TrainedState
+from ..record import LogitsMetric, PinnedNormalization, Record, TrainedState
 from ..recorder import Recorder
+from .inference_mode import PinnedPart, moved_during_fit, pinned_parts, refresh
 from .logits_metrics import logits_metrics
 
 FINGERPRINT_ELEMENTS = 1 << 22  # 16 MiB of float32: read to the host once at each end
@@ -58,6 +61,9 @@ class _Watched:
     shown_losses: list[float] = field(default_factory=list)  # its fits' History "loss"
     shown_val_losses: list[float] = field(default_factory=list)  # and "val_loss"
     logits_metrics: tuple[LogitsMetric, ...] = ()  # read at the end of its latest fit
+    pinned: list[PinnedPart] = field(default_factory=list)  # parts called with training=False
+    fits: int = 0  # its fits that ended
+    pinned_moved: tuple[PinnedNormalization, ...] = ()  # what its fits moved of them
 
 
 class LearningProbe:
@@ -73,11 +79,12 @@ class LearningProbe:
         recorder.on_first_training = self._model_seen
         recorder.on_first_update = self._optimizer_seen
         recorder.on_fit_done = self._fit_done
+        recorder.on_fit_started = self._fit_started
 
     def remove(self) -> None:
         if self._rec is not None:
             self._rec.on_first_training = self._rec.on_first_update = None
-            self._rec.on_fit_done = None
+            self._rec.on_fit_done = self._rec.on_fit_started = None
 
     def finish(self, record: Record) -> None:
         """Read each watched object again, and write what changed to `record.trained`."""
@@ -108,10 +115,21 @@ class LearningProbe:
                     variables=_fingerprints(list(model.trainable_variables)),
                     custom_train_step=_step_owner(model, "train_step"),
                     custom_test_step=_step_owner(model, "test_step"),
+                    pinned=pinned_parts(model),
                 )
             )
         except Exception:  # never the user's run's problem
             return
+
+    def _fit_started(self, model: Any) -> None:
+        """Read the statistics a watched model's graph pins with ``training=False`` again as a
+        fit of it starts: what moves them between its fits (another model trained on the same
+        base, the code's own calls) is not this fit's."""
+        for each in self._watched:
+            if each.kind == "model" and each.target() is model:
+                if each.pinned:
+                    refresh(each.pinned)
+                return
 
     def _fit_done(self, model: Any) -> None:
         """Read a watched model's variables at the end of a fit of it."""
@@ -129,6 +147,9 @@ class LearningProbe:
                     each.after_fit = None
                 _note_shown_losses(each, model)
                 each.logits_metrics = logits_metrics(model) or each.logits_metrics
+                each.fits += 1
+                if each.pinned:
+                    each.pinned_moved += moved_during_fit(each.pinned, each.fits)
                 return
 
     def _optimizer_seen(self, optimizer: Any, variables: Any) -> None:
@@ -201,6 +222,7 @@ def _final(watched: _Watched, batches: dict[Any, int]) -> TrainedState | None:
         custom_test_step=watched.custom_test_step,
         shown_val_losses=tuple(watched.shown_val_losses),
         logits_metrics=watched.logits_metrics,
+        pinned_moved=watched.pinned_moved,
     )
 
 

@@ -27,6 +27,7 @@ lines of the source given (that line included, when there is one).
 - feed_loss_to_metrics / feed_val_loss_to_metrics / metrics_fed_by_hand: a Keras 2
   `train_step`'s (or `test_step`'s) loss fed to Keras 3's metrics
 - threshold_logits_at_zero: accuracy, precision and recall of a logits model thresholded at 0
+- freeze_batch_norm: a base's BatchNormalization layers kept in inference mode when unfrozen
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ feed_val_loss_to_metrics = _deferred("feed_val_loss_to_metrics", "tracked_loss")
 metrics_fed_by_hand = _deferred("metrics_fed_by_hand", "tracked_loss")
 calls_compiled_metrics = _deferred("calls_compiled_metrics", "tracked_loss")
 threshold_logits_at_zero = _deferred("threshold_logits_at_zero", "logits_threshold")
+freeze_batch_norm = _deferred("freeze_batch_norm", "batch_norm_inference")
 
 __all__ = [
     "MEMORY_GROWTH_CELL",
@@ -93,6 +95,7 @@ __all__ = [
     "feed_loss_to_metrics",
     "feed_val_loss_to_metrics",
     "fit_once",
+    "freeze_batch_norm",
     "gradient_accumulation",
     "hoist_function",
     "input_signature",

@@ -677,3 +677,22 @@ def test_syntax_error_in_the_cell_is_reported_as_python_would(ip):
     result = run_cell(ip, "%%tfprofile\nran = True\nx = (1,\n")
     assert isinstance(result.error_in_exec, SyntaxError)
     assert "ran" not in ip.user_ns
+
+
+def test_the_text_report_lists_five_kinds_of_warning_and_counts_the_rest(ip):
+    # A review's report said "Warnings (6):" over five lines: the sixth kind was only in the JSON.
+    from tfdiag_magic.views.text import render_text
+
+    result, r = profiled(
+        ip,
+        "import warnings\n"
+        "for kind in range(7):\n"
+        "    warnings.warn(f'kind {kind} of warning from the cell')\n",
+    )
+    assert result.success
+    report = r.report()
+    assert len(report["warnings"]) == 7
+    text = render_text(report)
+    listed = [line for line in text.splitlines() if "of warning from the cell" in line]
+    assert len(listed) == 5
+    assert "  … 2 more kinds (the report's `warnings`)" in text.splitlines()

@@ -225,10 +225,14 @@ def render_text(report: dict[str, Any]) -> str:
     if report["warnings"]:
         out.append("")
         out.append(f"Warnings ({report['warnings_total']}):")
-        for w in report["warnings"][:5]:
+        for w in report["warnings"][:SHOWN_WARNINGS]:
             first = w["message"].strip().splitlines()[0] if w["message"].strip() else ""
             count = f" ×{w['count']}" if w["count"] > 1 else ""
             out.append(f"  [{w['source']}] {first[:160]}{count}")
+        hidden = report["warnings"][SHOWN_WARNINGS:]
+        if hidden:
+            kinds = "kind" if len(hidden) == 1 else "kinds"
+            out.append(f"  … {len(hidden)} more {kinds} (the report's `warnings`)")
     if report["findings"]:
         out.append("")
         out.append(f"Findings ({len(report['findings'])}), most important first:")
@@ -250,6 +254,7 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 MAX_DIFF_LINES = 60
+SHOWN_WARNINGS = 5  # kinds of warning listed; the report holds them all
 
 
 def _evidence_text(evidence: dict[str, Any]) -> str:

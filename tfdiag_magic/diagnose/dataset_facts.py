@@ -139,6 +139,23 @@ def cached(structure: DatasetStructure) -> bool:
     return any(stage.kind == "CacheDataset" for stage in structure.stages)
 
 
+# Stages that hand on what lies under them without work of their own before a first batch.
+_PASS_ON = frozenset({"BatchDataset", "PaddedBatchDataset", "PrefetchDataset", "OptionsDataset"})
+
+
+def served_from_cache(structure: DatasetStructure | None) -> bool:
+    """Whether the pipeline's output is a cache with only batching and prefetching over it:
+    once its first full pass has filled it, an epoch redoes nothing before its first batch."""
+    if structure is None or not structure.complete:
+        return False
+    for stage in output_path(structure):
+        if stage.kind == "CacheDataset":
+            return True
+        if stage.kind not in _PASS_ON:
+            return False
+    return False
+
+
 def sequential(structure: DatasetStructure) -> tuple[tuple[str, str], ...]:
     """(method, function) of the code's own maps and interleaves that run one element at a
     time (not TensorFlow's or Keras' internal ones: the code cannot give them options)."""

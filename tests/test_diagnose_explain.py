@@ -34,6 +34,7 @@ CODES = [
     "untracked-loss",
     "metric-on-logits",
     "batchnorm-training-mode",
+    "last-batch-logs",
     "retracing",
     "eager-step",
     "repeated-keras-call",

@@ -441,6 +441,21 @@ class PinnedNormalization:
     nested: bool  # some of the layers lie inside a layer or model of the part, not in it
 
 
+@dataclass(frozen=True)
+class EpochLogs:
+    """One epoch's values of a key a custom `train_step` returned that no metric of the model
+    holds: Keras 3 shows the last batch's as the epoch's (probes/step_logs.py)."""
+
+    model: str
+    key: str  # as fit shows it ("d_loss")
+    epoch: int
+    batches: int  # the epoch's batches whose value was read
+    shown: float  # the last batch's value: what fit showed and History holds
+    mean: float  # the mean over the epoch's batches
+    least: float
+    largest: float
+
+
 @dataclass
 class TrainedState:
     """What trained during the run, and whether its weights moved: a Keras model that ran
@@ -552,6 +567,8 @@ class Record:
     epoch_hook_seconds: float = 0.0  # in Keras callbacks' on_epoch_begin/end (all fits)
     # Each epoch start of the top-level fits, from the epoch's callbacks to its first batch
     epoch_starts: list[EpochStart] = field(default_factory=list)
+    # Epochs of fits whose step returned values no metric holds (`last-batch-logs`)
+    epoch_logs: list[EpochLogs] = field(default_factory=list)
     trained: list[TrainedState] = field(default_factory=list)  # what trained, see TrainedState
     datasets: list[DatasetStructure] = field(default_factory=list)  # tf.data pipelines consumed
     # Rows a long run's table left out, as exact sums (None: the table holds every row).

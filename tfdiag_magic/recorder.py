@@ -32,6 +32,7 @@ from .record import (
     PHASES,
     STEP_COLUMNS,
     DroppedSteps,
+    EpochLogs,
     EpochStart,
     ErrorInfo,
     KerasCall,
@@ -320,6 +321,7 @@ class Recorder:
         self.callback_seconds: dict[str, float] = {}  # Keras callback class -> seconds
         self.epoch_hook_seconds = 0.0  # in the callbacks' on_epoch_begin/end, every fit's
         self.epoch_starts: list[EpochStart] = []  # the top-level fits' (see `EpochStart`)
+        self.epoch_logs: list[EpochLogs] = []  # see `EpochLogs` (probes/step_logs.py)
         self.pending_host_bytes = 0.0  # NumPy bytes the cell converted since the last step
         self.keras_batch = NAN  # batch size of the running fit/evaluate/predict, when known
         # The running top-level `fit`'s callback list (its ``params``: epochs, steps) and the
@@ -1160,6 +1162,7 @@ class Recorder:
             callback_seconds=dict(self.callback_seconds),
             epoch_hook_seconds=self.epoch_hook_seconds,
             epoch_starts=list(self.epoch_starts),
+            epoch_logs=list(self.epoch_logs),
             datasets=list(self.datasets),
             dropped=left_out,
             step_index=index,

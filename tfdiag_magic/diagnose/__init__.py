@@ -25,6 +25,7 @@ RULE_MODULES: tuple[str, ...] = (
     "untracked_loss",
     "metric_on_logits",
     "batchnorm_training_mode",
+    "last_batch_logs",
     "retracing",
     "eager_step",
     "repeated_keras_call",

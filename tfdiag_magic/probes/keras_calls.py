@@ -29,6 +29,7 @@ from .dataset_structure import note_dataset
 from .input_meter import InputWaitMeter
 from .inputs import batch_size_of, data_kind, inspect_inputs, keras_float_cast
 from .patching import Patcher, defining_class, wraps_exactly
+from .step_logs import StepLogs
 
 _DRIVERS = ("fit", "evaluate", "predict")
 _ON_BATCH = {"train_on_batch": "train", "test_on_batch": "eval", "predict_on_batch": "predict"}
@@ -256,6 +257,9 @@ class KerasProbe:
         # `on_train_end` left out).
         self._fit_tail: Began | None = None
         self._fit_end: list[float] | None = None
+        # The top-level fit's returned values that no metric holds (`last-batch-logs`); its
+        # `keys` () once the fit's first batch showed there are none: no call per batch then.
+        self._step_logs = StepLogs(rec.epoch_logs)
         owner = defining_class(keras.Model, "compile")
         self._patcher.replace(owner, "compile", self._compile(rec, vars(owner)["compile"]))
         for name in _DRIVERS:
@@ -464,6 +468,7 @@ class KerasProbe:
                     if weakref.ref(self) not in rec.trained:
                         rec.first_training(self)  # before its first batch: its state as it came
                     rec.fit_started(self)
+                    probe._step_logs.fit_began()
             elif name == "evaluate" and rec.driver_depth == 1:
                 # A fit's validation: until its first batch (the last one's iterator goes).
                 probe._validation_began = (rec.keras_epoch, perf_counter(), this_thread_times())
@@ -636,6 +641,7 @@ class KerasProbe:
         is_train = phase_name == "train"
         takes_loss = phase_name != "predict"
         here, clock, add_step, nan = rec.here, perf_counter, rec.add_step, NAN
+        step_logs = probe._step_logs
 
         def batch_end(self: Any, batch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
@@ -656,6 +662,8 @@ class KerasProbe:
             top_train = is_train and rec.driver_depth == 1
             if top_train:
                 rec.fit_callbacks, rec.fit_batch = self, batch
+                if step_logs.keys != ():
+                    step_logs.batch(self, logs)
             try:
                 return original(self, batch, logs)
             finally:
@@ -717,6 +725,8 @@ class KerasProbe:
             meter = probe._meter
             if meter is not None and rec.driver_depth == 1 and rec.here.main:
                 meter.epoch_over()
+            if probe._step_logs.keys and rec.driver_depth == 1 and rec.here.main:
+                probe._step_logs.epoch_done(int(epoch))
             before = perf_counter()
             try:
                 return original(self, epoch, logs)

@@ -38,7 +38,7 @@ def logits_metrics(model: Any) -> tuple[LogitsMetric, ...]:
             return ()
         history = getattr(getattr(model, "history", None), "history", None) or {}
         found = []
-        for metric in _shown_metrics(model):
+        for metric in shown_metrics(model):
             kind = type(metric).__name__
             attribute = THRESHOLDED.get(kind)
             if attribute is None or str(type(metric).__module__).split(".")[0] != "keras":
@@ -72,7 +72,8 @@ def _output_layer(model: Any) -> Any:
     return getattr(history, "operation", None)
 
 
-def _shown_metrics(model: Any) -> list[Any]:
+def shown_metrics(model: Any) -> list[Any]:
+    """The metrics `fit` shows: the model's, the compiled ones taken out of `CompileMetrics`."""
     shown = []
     for metric in getattr(model, "metrics", None) or []:
         inner = (

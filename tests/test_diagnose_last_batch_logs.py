@@ -1,0 +1,101 @@
+"""last-batch-logs: fit shows one batch's value of what a custom `train_step` returns.
+
+Real Keras 3: a model whose `train_step` returns its loss under a name no metric holds
+(`{"d_loss": loss}`, as keras-io's WGAN-GP returns its two losses) is fitted with a callback of
+the test's that keeps every batch's logs. `History` holds each epoch's last batch's value, the
+test's own record says so, and the finding's means are the test's. The same model with a
+`keras.metrics.Mean` tracker (keras-io's Keras 3 form), and a model with Keras' own step, are
+silent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.diagnosis_support import assert_silent, the
+from tests.helpers import profiled
+
+CODE = "last-batch-logs"
+
+MODEL = """
+import numpy as np, keras, tensorflow as tf
+keras.utils.set_random_seed(0)
+rng = np.random.default_rng(0)
+x = rng.normal(size=(256, 4)).astype("float32")
+y = (x @ np.array([1.0, -2.0, 0.5, 3.0], dtype="float32") + rng.normal(size=256)).astype("float32")
+class Kept(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.batches = []
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.append(float(logs["d_loss"]))
+class Critic(keras.Model):
+    def __init__(self, tracked):
+        super().__init__()
+        self.dense = keras.layers.Dense(1)
+        self.tracked = tracked
+        self.tracker = keras.metrics.Mean(name="d_loss")
+    def call(self, inputs):
+        return self.dense(inputs)
+    @property
+    def metrics(self):
+        return [self.tracker] if self.tracked else []
+    def train_step(self, data):
+        features, target = data
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(self(features)[:, 0] - target))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        if self.tracked:
+            self.tracker.update_state(loss)
+            return {"d_loss": self.tracker.result()}
+        return {"d_loss": loss}
+"""
+
+FIT = """
+critic = Critic(tracked=TRACKED)
+critic.compile(optimizer=keras.optimizers.SGD(0.05))
+kept = Kept()
+history = critic.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0, callbacks=[kept])
+"""
+
+
+def test_the_last_batchs_loss_shown_as_the_epochs_is_found_with_the_epochs_mean(ip):
+    ip.run_cell(MODEL + "TRACKED = False\n")
+    result, r = profiled(ip, FIT)
+    assert result.success
+    batches = np.array(ip.user_ns["kept"].batches).reshape(3, 8)
+    shown = ip.user_ns["history"].history["d_loss"]
+    assert np.allclose(shown, batches[:, -1])  # Keras 3: the last batch's, not the mean
+    assert not np.allclose(shown, batches.mean(axis=1), rtol=0.05)
+    f = the(r, CODE)
+    ev = f.evidence
+    assert ev["keys"] == ["d_loss"]
+    assert [e["epoch"] for e in ev["epochs"]] == [0, 1, 2]
+    for row, values in zip(ev["epochs"], batches, strict=True):
+        assert row["batches"] == 8
+        assert np.isclose(row["shown"], values[-1], rtol=1e-3)
+        assert np.isclose(row["mean"], values.mean(), rtol=1e-3)
+        assert np.isclose(row["least"], values.min(), rtol=1e-3)
+        assert np.isclose(row["largest"], values.max(), rtol=1e-3)
+    assert "last batch" in f.title and "`d_loss`" in f.detail
+
+
+def test_a_tracked_loss_and_keras_own_step_are_silent(ip):
+    ip.run_cell(MODEL + "TRACKED = True\n")
+    result, r = profiled(ip, FIT)
+    assert result.success
+    batches = np.array(ip.user_ns["kept"].batches).reshape(3, 8)
+    # the tracker's running mean: the last batch's value is the epoch's mean
+    assert np.allclose(ip.user_ns["history"].history["d_loss"], batches[:, -1])
+    assert_silent(r, CODE)
+    assert not r.record.epoch_logs
+
+    result, r = profiled(
+        ip,
+        "plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+        "plain.compile(optimizer='sgd', loss='mse', metrics=['mae'])\n"
+        "plain.fit(x, y, batch_size=32, epochs=2, verbose=0)\n",
+    )
+    assert result.success
+    assert_silent(r, CODE)
+    assert not r.record.epoch_logs

@@ -1,0 +1,90 @@
+"""What `fit` showed of the values a custom `train_step` returns that no metric of the model
+holds (`last-batch-logs`).
+
+Keras 3 shows, after each epoch, the model's metrics' results where the step returns exactly
+their names; otherwise it shows what the step returned for the epoch's last batch
+(`Trainer._get_metrics_result_or_logs`), and its progress bar shows every value as given
+(`ProgbarLogger` makes every value stateful). A step that returns ``{"d_loss": d_loss,
+"g_loss": g_loss}`` (keras-io's WGAN-GP) then shows one batch's losses as the epoch's, where
+Keras 2's progress bar averaged them. Read at the first training batch of each top-level fit:
+the keys of the batch's logs that are not the names of the model's metrics, where the logs'
+keys are not exactly those names. Only for such a fit, each batch's values of those keys are
+kept (the tensors the step returned, a reference each), and read to the host once at each
+epoch's end: the value shown, the epoch's mean, its least and its largest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..record import EpochLogs
+from .logits_metrics import shown_metrics
+
+MAX_KEYS = 8
+MAX_EPOCHS = 200  # epochs kept per run
+
+
+class StepLogs:
+    """The values of the running fit's returned keys that no metric holds, batch by batch."""
+
+    def __init__(self, epochs: list[EpochLogs]) -> None:
+        self.keys: tuple[str, ...] | None = None  # None: not decided for this fit yet
+        self.model = ""
+        self._values: dict[str, list[Any]] = {}
+        self.epochs = epochs  # the recorder's: what each epoch showed and averaged
+
+    def fit_began(self) -> None:
+        self.keys, self._values = None, {}
+
+    def batch(self, callbacks: Any, logs: Any) -> None:
+        """A training batch of the top-level fit ended with `logs` (a call per batch only for
+        a fit whose step returns values no metric holds)."""
+        keys = self.keys
+        if keys is None:
+            keys = self.keys = _unheld_keys(getattr(callbacks, "model", None), logs)
+            self.model = str(getattr(getattr(callbacks, "model", None), "name", "?"))
+            self._values = {key: [] for key in keys}
+        if keys:
+            for key in keys:
+                self._values[key].append(logs.get(key))
+
+    def epoch_done(self, epoch: int) -> None:
+        """Read the epoch's kept values to the host, and let them go."""
+        if not self.keys:
+            return
+        for key, values in self._values.items():
+            try:
+                numbers = [float(value) for value in values]
+            except (TypeError, ValueError):  # not a scalar: nothing to average
+                numbers = []
+            values.clear()
+            numbers = [number for number in numbers if math.isfinite(number)]
+            if numbers and len(self.epochs) < MAX_EPOCHS:
+                self.epochs.append(
+                    EpochLogs(
+                        model=self.model,
+                        key=key,
+                        epoch=epoch,
+                        batches=len(numbers),
+                        shown=numbers[-1],
+                        mean=sum(numbers) / len(numbers),
+                        least=min(numbers),
+                        largest=max(numbers),
+                    )
+                )
+
+
+def _unheld_keys(model: Any, logs: Any) -> tuple[str, ...]:
+    """The keys of `logs` that are no metric's name, where the logs are not exactly the
+    metrics' results (then Keras shows the metrics' own results); () when they are, or where
+    the model or the logs cannot be read."""
+    try:
+        if model is None or not isinstance(logs, dict) or not logs:
+            return ()
+        names = {str(metric.name) for metric in shown_metrics(model)}
+        if set(logs) == names:
+            return ()
+        return tuple(key for key in logs if key not in names)[:MAX_KEYS]
+    except Exception:  # a model that cannot be read says nothing
+        return ()

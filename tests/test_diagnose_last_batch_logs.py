@@ -99,3 +99,32 @@ def test_a_tracked_loss_and_keras_own_step_are_silent(ip):
     assert result.success
     assert_silent(r, CODE)
     assert not r.record.epoch_logs
+
+
+def test_a_tracker_under_another_name_and_a_learning_rate_are_silent(ip):
+    # The tracker's running mean returned as "d_loss" (its own name "critic_loss"): its last
+    # value is the epoch's mean. A decaying learning rate returned per step: its last value is
+    # the one wanted.
+    ip.run_cell(MODEL + "TRACKED = True\n")
+    result, r = profiled(
+        ip,
+        "class Renamed(Critic):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(tracked=True)\n"
+        "        self.tracker = keras.metrics.Mean(name='critic_loss')\n"
+        "    def train_step(self, data):\n"
+        "        logs = super().train_step(data)\n"
+        "        return {**logs, 'lr': self.optimizer.learning_rate}\n"
+        "schedule = keras.optimizers.schedules.ExponentialDecay(0.05, 4, 0.9)\n"
+        "critic = Renamed()\n"
+        "critic.compile(optimizer=keras.optimizers.SGD(schedule))\n"
+        "kept = Kept()\n"
+        "history = critic.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0,\n"
+        "                     callbacks=[kept])\n",
+    )
+    assert result.success
+    lr = ip.user_ns["history"].history["lr"]
+    assert lr[0] > lr[1] > lr[2]  # the schedule decays: each epoch shows its last batch's
+    assert set(ip.user_ns["history"].history) == {"d_loss", "lr"}
+    assert_silent(r, CODE)
+    assert not r.record.epoch_logs

@@ -10,12 +10,17 @@ Keras 2's progress bar averaged them. Read at the first training batch of each t
 the keys of the batch's logs that are not the names of the model's metrics, where the logs'
 keys are not exactly those names. Only for such a fit, each batch's values of those keys are
 kept (the tensors the step returned, a reference each), and read to the host once at each
-epoch's end: the value shown, the epoch's mean, its least and its largest.
+epoch's end: the value shown, the epoch's mean, its least and its largest. Left out: a key
+whose shown value is a metric's result at the epoch's end (a tracker's running mean returned
+under another name), and an epoch whose values only rose or only fell (a learning rate on a
+schedule: its last value is the one wanted).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import weakref
 from typing import Any
 
 from ..record import EpochLogs
@@ -31,6 +36,7 @@ class StepLogs:
     def __init__(self, epochs: list[EpochLogs]) -> None:
         self.keys: tuple[str, ...] | None = None  # None: not decided for this fit yet
         self.model = ""
+        self._model: Any = None  # a weak reference to the fit's model
         self._values: dict[str, list[Any]] = {}
         self.epochs = epochs  # the recorder's: what each epoch showed and averaged
 
@@ -42,8 +48,10 @@ class StepLogs:
         a fit whose step returns values no metric holds)."""
         keys = self.keys
         if keys is None:
-            keys = self.keys = _unheld_keys(getattr(callbacks, "model", None), logs)
-            self.model = str(getattr(getattr(callbacks, "model", None), "name", "?"))
+            model = getattr(callbacks, "model", None)
+            keys = self.keys = _unheld_keys(model, logs)
+            self.model = str(getattr(model, "name", "?"))
+            self._model = weakref.ref(model) if keys else None
             self._values = {key: [] for key in keys}
         if keys:
             for key in keys:
@@ -53,6 +61,7 @@ class StepLogs:
         """Read the epoch's kept values to the host, and let them go."""
         if not self.keys:
             return
+        results = _metric_results(self._model() if self._model is not None else None)
         for key, values in self._values.items():
             try:
                 numbers = [float(value) for value in values]
@@ -60,7 +69,9 @@ class StepLogs:
                 numbers = []
             values.clear()
             numbers = [number for number in numbers if math.isfinite(number)]
-            if numbers and len(self.epochs) < MAX_EPOCHS:
+            if not numbers or _a_trend(numbers) or _a_result(numbers[-1], results):
+                continue
+            if len(self.epochs) < MAX_EPOCHS:
                 self.epochs.append(
                     EpochLogs(
                         model=self.model,
@@ -88,3 +99,30 @@ def _unheld_keys(model: Any, logs: Any) -> tuple[str, ...]:
         return tuple(key for key in logs if key not in names)[:MAX_KEYS]
     except Exception:  # a model that cannot be read says nothing
         return ()
+
+
+def _metric_results(model: Any) -> list[float]:
+    """The scalar results of the metrics the model shows, now (the epoch's end)."""
+    found: list[float] = []
+    if model is None:
+        return found
+    try:
+        for metric in shown_metrics(model):
+            try:
+                found.append(float(metric.result()))
+            except (TypeError, ValueError):  # not a scalar
+                continue
+    except Exception:  # a model that cannot be read: nothing left out
+        return []
+    return found
+
+
+def _a_result(value: float, results: list[float]) -> bool:
+    """Whether `value` is one of the metrics' results (a tracker's, under another name)."""
+    return any(abs(value - result) <= 1e-6 * max(1.0, abs(result)) for result in results)
+
+
+def _a_trend(numbers: list[float]) -> bool:
+    """Whether the values only rose or only fell (never both) over the epoch."""
+    steps = [b - a for a, b in itertools.pairwise(numbers)]
+    return all(step >= 0 for step in steps) or all(step <= 0 for step in steps)

@@ -128,3 +128,25 @@ def test_a_tracker_under_another_name_and_a_learning_rate_are_silent(ip):
     assert set(ip.user_ns["history"].history) == {"d_loss", "lr"}
     assert_silent(r, CODE)
     assert not r.record.epoch_logs
+
+
+def test_a_loss_that_falls_at_every_batch_is_found_too(ip):
+    # Early training on like batches: the loss falls at every step, and the last batch's is
+    # far below the epoch's mean (a review's CycleGAN: every one of 47 steps of its first epoch).
+    ip.run_cell(MODEL + "TRACKED = False\n")
+    result, r = profiled(
+        ip,
+        "same = np.tile(x[:32], (8, 1))\n"
+        "target = np.tile(y[:32], 8)\n"
+        "critic = Critic(tracked=False)\n"
+        "critic.compile(optimizer=keras.optimizers.SGD(0.01))\n"
+        "kept = Kept()\n"
+        "history = critic.fit(same, target, batch_size=32, epochs=2, shuffle=False, verbose=0,\n"
+        "                     callbacks=[kept])\n",
+    )
+    assert result.success
+    batches = np.array(ip.user_ns["kept"].batches).reshape(2, 8)
+    assert (np.diff(batches, axis=1) < 0).all()  # it only fell
+    f = the(r, CODE)
+    assert [e["epoch"] for e in f.evidence["epochs"]] == [0, 1]
+    assert np.isclose(f.evidence["epochs"][0]["mean"], batches[0].mean(), rtol=1e-3)

@@ -104,6 +104,26 @@ def test_a_rise_made_by_neighbours_arriving_is_no_slowdown():
     assert progressive_slowdown.check(rising_steps(4.0, first=0.005), RISING) is not None
 
 
+def test_a_short_runs_windows_are_read_widened_to_the_samples_around_them():
+    # 200 steps from 0.7 to 2.8 ms, a run of 0.4 s: its first window lasts 15 ms, between
+    # samples 15 ms apart, too short a span to read. The shape of a false alarm beside other
+    # programs (a healthy fit of 128 steps of 0.7 ms read 4.5x in 0.82 s): read over the 100 ms
+    # about each window, the neighbours' arrival shows.
+    record = _with_load(
+        rising_steps(4.0, first=0.0007), lambda row: 0.0006, lambda row: _rise(row, 0.1, 1.6)
+    )
+    steps = record.steps
+    assert steps["start"][19] + steps["duration"][19] - steps["start"][0] < 0.05
+    assert progressive_slowdown.check(record, RISING) is None
+    # The steps' own work rising with them is still found, read the same way.
+    grown = _with_load(
+        rising_steps(4.0, first=0.0007),
+        lambda row: _rise(row, 0.0006, 0.0026),
+        lambda row: _rise(row, 0.1, 1.6),
+    )
+    assert progressive_slowdown.check(grown, RISING) is not None
+
+
 def test_a_rise_in_the_steps_own_work_is_a_slowdown_on_a_busy_machine_too():
     # The CPU per step rises with the step: the work grew, whoever else ran.
     record = _with_load(
@@ -204,7 +224,11 @@ def test_neighbours_arriving_mid_loop_are_read_as_a_busy_machine(ip):
     more_wait = second.waited / second.wall - first.waited / first.wall >= 0.25
     assert full_before or more_cpu or more_wait, (first, second)
     assert_silent(r, "progressive-slowdown")
-    assert not problems(r), listing(r)
+    # Beside the hogs, the loop's ends over its distributed dataset sleep while the last
+    # iterator shuts down (6 of 8 ends, 2.5 s once): `epoch-start-stall`'s true word, its fix
+    # measured in tests/test_diagnose_epoch_starts.py. Nothing else is a problem.
+    others = [f for f in problems(r) if f.code != "epoch-start-stall"]
+    assert not others, listing(r)
 
 
 def test_the_report_says_the_machine_was_busy_only_past_half_a_cpu_and_a_quarter():

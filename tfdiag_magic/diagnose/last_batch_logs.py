@@ -38,7 +38,11 @@ d_loss)` in `train_step`, and return `{m.name: m.result() for m in self.metrics}
 
 ## Threshold
 At least one epoch of 3 batches or more whose shown value differs from its mean by at least a
-tenth of the range its batches spanned (a value that never varied is shown right).
+tenth of the range its batches spanned (a value that never varied is shown right). Left out: a
+value that is a metric's result at the epoch's end (a tracker's running mean returned under
+another name: keras-io's conditional GAN returns its `generator_loss` tracker as `g_loss`) and
+one within 5% of the optimizer's learning rate then (a rate on a schedule returned to be shown,
+whose last value is the one wanted).
 """
 
 MIN_BATCHES = 3

@@ -112,7 +112,7 @@ def made_by_a_busy_machine(
     or a sleep on a quiet machine leaves them idle instead), and its threads' wait for a CPU
     per step grew by `BUSY_MIN_WAIT_SHARE` of the steps' rise (a sleep that grows does not
     make them wait for a CPU). False without load samples."""
-    before, after = load_over(record, *early), load_over(record, *late)
+    before, after = _load_widened(record, *early), _load_widened(record, *late)
     if before is None or after is None:
         return False
     steps_before, steps_after = (_steps_in(record, load, rows) for load in (before, after))
@@ -131,6 +131,21 @@ def made_by_a_busy_machine(
     rise = after.wall / steps_after - before.wall / steps_before
     waiting_rise = after.waited / steps_after - before.waited / steps_before
     return rise > 0 and waiting_rise >= BUSY_MIN_WAIT_SHARE * rise
+
+
+def _load_widened(record: Record, start: float, end: float) -> Load | None:
+    """`load_over` the span, or where its samples span too little to read (a short run's
+    window: 128 steps of 0.7 ms make windows of 9-40 ms, where samples come at most every 50
+    ms), over the span widened about its middle to twice `MIN_SPAN_S`, within the run: a
+    neighbour's arrival reads there still, diluted by the steps around the window."""
+    load = load_over(record, start, end)
+    if load is not None or end - start >= 2 * MIN_SPAN_S:
+        return load
+    times = record.memory.get("time")
+    last = float(times[-1]) if times is not None and times.size else end
+    middle, half = (start + end) / 2, MIN_SPAN_S
+    low = max(0.0, min(middle - half, max(last, end) - 2 * half))
+    return load_over(record, low, low + 2 * half)
 
 
 def _steps_in(record: Record, load: Load, rows: np.ndarray) -> float:

@@ -12,13 +12,12 @@ keys are not exactly those names. Only for such a fit, each batch's values of th
 kept (the tensors the step returned, a reference each), and read to the host once at each
 epoch's end: the value shown, the epoch's mean, its least and its largest. Left out: a key
 whose shown value is a metric's result at the epoch's end (a tracker's running mean returned
-under another name), and an epoch whose values only rose or only fell (a learning rate on a
-schedule: its last value is the one wanted).
+under another name) or the optimizer's learning rate then (a rate on a schedule, returned to be
+shown: its last value is the one wanted).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import weakref
 from typing import Any
@@ -28,6 +27,7 @@ from .logits_metrics import shown_metrics
 
 MAX_KEYS = 8
 MAX_EPOCHS = 200  # epochs kept per run
+RATE_TOLERANCE = 0.05
 
 
 class StepLogs:
@@ -61,7 +61,8 @@ class StepLogs:
         """Read the epoch's kept values to the host, and let them go."""
         if not self.keys:
             return
-        results = _metric_results(self._model() if self._model is not None else None)
+        model = self._model() if self._model is not None else None
+        results, rate = _metric_results(model), _learning_rate(model)
         for key, values in self._values.items():
             try:
                 numbers = [float(value) for value in values]
@@ -69,7 +70,7 @@ class StepLogs:
                 numbers = []
             values.clear()
             numbers = [number for number in numbers if math.isfinite(number)]
-            if not numbers or _a_trend(numbers) or _a_result(numbers[-1], results):
+            if not numbers or _a_result(numbers[-1], results) or _the_rate(numbers[-1], rate):
                 continue
             if len(self.epochs) < MAX_EPOCHS:
                 self.epochs.append(
@@ -122,7 +123,15 @@ def _a_result(value: float, results: list[float]) -> bool:
     return any(abs(value - result) <= 1e-6 * max(1.0, abs(result)) for result in results)
 
 
-def _a_trend(numbers: list[float]) -> bool:
-    """Whether the values only rose or only fell (never both) over the epoch."""
-    steps = [b - a for a, b in itertools.pairwise(numbers)]
-    return all(step >= 0 for step in steps) or all(step <= 0 for step in steps)
+def _learning_rate(model: Any) -> float | None:
+    """The model's optimizer's learning rate now (a schedule's value at its iterations)."""
+    try:
+        return float(model.optimizer.learning_rate)
+    except Exception:  # no optimizer, or a rate that cannot be read
+        return None
+
+
+def _the_rate(value: float, rate: float | None) -> bool:
+    """Whether `value` is the learning rate, give or take a step of a schedule (a schedule
+    decaying by a tenth every 4 steps moves it 2.6% a step)."""
+    return rate is not None and rate > 0 and abs(value - rate) <= RATE_TOLERANCE * rate

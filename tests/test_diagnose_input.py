@@ -807,10 +807,12 @@ def test_the_work_of_short_shuffled_epochs_is_read_whole(feats):
     assert names[:3] == ["Root", "ParallelMapV2", "BatchV2"], names
     assert "Shuffle" in names and names.count("ParallelMapV2") == 3, names
     from tfdiag_magic.diagnose.dataset_facts import structure_of_call
-    from tfdiag_magic.diagnose.stage_work import library_share, stage_work
+    from tfdiag_magic.diagnose.stage_work import stage_work
 
     work = stage_work(call.input_stages, structure_of_call(r.record, call))
-    assert library_share(work) >= 0.5, work  # the windows' maps, the library's own
+    # Both window maps read, with work, and known as the library's own (their share of the
+    # work is a timing: 0.49 beside a CPU hog, where the shuffle's time swelled).
+    assert sum(row["library"] and row["s_per_batch"] > 0 for row in work) == 2, work
 
 
 def test_dataset_structure_is_read_without_taking_an_element(ip):

@@ -20,8 +20,8 @@ given, where Keras 2's averaged them over the epoch.
 
 ## Why it hurts
 The curve `fit` prints and `History` keeps is one batch per epoch: noise, not the trend. Read
-under the tool on keras-io's WGAN-GP (512 images, batch 64): epoch 0 showed `d_loss` -12.71 and
-`g_loss` 12.36, where the means over its 8 batches were -2.12 and 4.11 (`d_loss` ranged from
+under the tool on keras-io's WGAN-GP (512 images, batch 64): epoch 0 showed `d_loss` -12.7 and
+`g_loss` 12.34, where the means over its 8 batches were -2.12 and 4.11 (`d_loss` ranged from
 -12.7 to 8.7). Early stopping or a checkpoint that monitors such a key judges one batch.
 
 ## Evidence we show

@@ -219,7 +219,10 @@ def test_neighbours_arriving_mid_loop_are_read_as_a_busy_machine(ip):
     # waited a quarter of a second a second more for one; unless other programs kept the CPUs
     # nearly full before them (a CPU hog beside the whole suite: 1.42-1.69 of 2 CPUs before,
     # 1.53-1.59 after), where their arrival can add little of either.
-    full_before = first.others_cpus >= r.record.facts["usable_cpus"] - 0.6
+    # The hogs start at the fourth of eight epochs, before the steps' midpoint: the first half
+    # holds an epoch of them already (other programs at 1.28 CPUs over it once, 1.34 over the
+    # second half, in a quiet make test).
+    full_before = first.others_cpus >= min(r.record.facts["usable_cpus"] - 0.6, 1.0)
     more_cpu = second.others_cpus - first.others_cpus >= 0.25
     more_wait = second.waited / second.wall - first.waited / first.wall >= 0.25
     assert full_before or more_cpu or more_wait, (first, second)

@@ -501,6 +501,7 @@ class KerasProbe:
                         probe._meter = probe._epoch_iterator = None
                         probe._steps = None
                         if name == "fit":
+                            probe._step_logs.release()
                             if returned:
                                 probe._note_fit_end(rec)
                             probe._fit_tail = probe._fit_end = None

@@ -41,7 +41,12 @@ class StepLogs:
         self.epochs = epochs  # the recorder's: what each epoch showed and averaged
 
     def fit_began(self) -> None:
-        self.keys, self._values = None, {}
+        self.keys, self._values, self._model = None, {}, None
+
+    def release(self) -> None:
+        """The fit returned or raised: let go of the values an unfinished epoch kept (the
+        user's tensors) and of the model."""
+        self.fit_began()
 
     def batch(self, callbacks: Any, logs: Any) -> None:
         """A training batch of the top-level fit ended with `logs` (a call per batch only for

@@ -47,6 +47,7 @@ CODES = [
     "input-bound",
     "per-step-host-conversion",
     "python-preprocessing",
+    "repeated-adapt-passes",
     "eager-model-calls",
     "small-batch",
     "slow-callback",

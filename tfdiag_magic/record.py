@@ -456,6 +456,24 @@ class EpochLogs:
     largest: float
 
 
+@dataclass(frozen=True)
+class AdaptCall:
+    """One `adapt()` of a Keras preprocessing layer the code made (probes/adapt_calls.py): each
+    reads all of its data, a whole pass over a tf.data pipeline given one."""
+
+    time: float  # seconds since the run started, at the call
+    wall: float  # seconds it took
+    layer: str  # the layer's class ("StringLookup", "Normalization")
+    data: str  # "dataset", "array" (an array or tensor) or "iterable"
+    # The first adapt call of the run whose pipeline shares a dataset with this one's (its own
+    # index where none does, or where its data is no tf.data dataset)
+    shared: int
+    stages: tuple[DatasetStage, ...] = ()  # the dataset's, from its output towards its sources
+    line: int = -1  # the line of the cell or script that made it (-1: unknown)
+    caller: int = -1  # the outermost such line (where a helper of the code's own was called)
+    loop: int = -1  # the innermost loop of the code it was made in (-1: none)
+
+
 @dataclass
 class TrainedState:
     """What trained during the run, and whether its weights moved: a Keras model that ran
@@ -570,6 +588,7 @@ class Record:
     # Epochs of fits whose step returned values no metric holds (`last-batch-logs`)
     epoch_logs: list[EpochLogs] = field(default_factory=list)
     trained: list[TrainedState] = field(default_factory=list)  # what trained, see TrainedState
+    adapt_calls: list[AdaptCall] = field(default_factory=list)  # preprocessing layers' adapt()
     datasets: list[DatasetStructure] = field(default_factory=list)  # tf.data pipelines consumed
     # Rows a long run's table left out, as exact sums (None: the table holds every row).
     dropped: DroppedSteps | None = None

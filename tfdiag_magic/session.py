@@ -27,6 +27,7 @@ import numpy as np
 from . import active
 from .early_environment import set_early
 from .probes import Probe
+from .probes.adapt_calls import AdaptProbe
 from .probes.cpu_wait import CpuWaitProbe
 from .probes.dataset_waits import DatasetWaitProbe
 from .probes.device_config import DeviceConfigProbe
@@ -132,6 +133,7 @@ class Session:
                 OptimizerProbe(),
                 KerasProbe(),
                 KerasModelProbe(),
+                AdaptProbe(),
                 LearningProbe(),
                 DeviceConfigProbe(),
                 HostConversionProbe(),

@@ -38,6 +38,7 @@ RULE_MODULES: tuple[str, ...] = (
     "input_bound",
     "per_step_host_conversion",
     "python_preprocessing",
+    "repeated_adapt_passes",
     "eager_model_calls",
     "small_batch",
     "slow_callback",

@@ -161,6 +161,61 @@ def test_adapting_over_a_cache_of_the_pipeline_is_silent(ip):
     assert_silent(r, CODE)
 
 
+# keras-io's "Structured data classification with FeatureSpace", its heart-disease columns made
+# synthetic, 40,000 rows: `FeatureSpace.adapt` adapts each feature's layer over a `map` of the
+# dataset it is given, in a pass of its own.
+FEATURE_SPACE = """
+import numpy as np, pandas as pd, tensorflow as tf, keras
+from keras.utils import FeatureSpace
+rng = np.random.default_rng(0)
+n = 40000
+df = pd.DataFrame({"age": rng.integers(20, 80, n), "trestbps": rng.integers(90, 200, n),
+    "chol": rng.integers(100, 500, n), "oldpeak": rng.normal(size=n), "sex": rng.integers(0, 2, n),
+    "cp": rng.integers(0, 4, n), "thal": rng.choice(["fixed", "normal", "reversible"], n),
+    "target": rng.integers(0, 2, n)})
+labels = df.pop("target")
+train_ds = (tf.data.Dataset.from_tensor_slices((dict(df), labels))
+            .shuffle(buffer_size=len(df)).batch(32))
+feature_space = FeatureSpace(
+    features={
+        "sex": FeatureSpace.integer_categorical(num_oov_indices=0),
+        "cp": FeatureSpace.integer_categorical(num_oov_indices=0),
+        "thal": FeatureSpace.string_categorical(num_oov_indices=0),
+        "age": FeatureSpace.float_discretized(num_bins=30),
+        "trestbps": FeatureSpace.float_normalized(),
+        "chol": FeatureSpace.float_normalized(),
+        "oldpeak": FeatureSpace.float_normalized(),
+    },
+    output_mode="concat",
+)
+train_ds_with_no_labels = train_ds.map(lambda x, _: x)
+"""
+
+
+def test_a_feature_spaces_adapt_is_read_as_a_pass_per_feature(ip):
+    ip.run_cell(FEATURE_SPACE)
+    result, r = profiled(ip, "feature_space.adapt(train_ds_with_no_labels)\n")
+    assert result.success
+    calls = r.record.adapt_calls
+    assert len(calls) == 7 and all(call.by_feature_space for call in calls), calls
+    assert {call.shared for call in calls} == {0} and {call.line for call in calls} == {2}
+    passes = sum(call.wall for call in calls)
+    print(f"7 passes, {passes:.2f} s of a {r.record.wall_time:.2f} s run")
+    f = the(r, CODE)
+    assert f.evidence["calls"] == 7 and f.evidence["by_feature_space"] is True, f.evidence
+    assert "by `FeatureSpace.adapt`" in f.detail
+    fix = "feature_space.adapt(train_ds_with_no_labels.unbatch().batch(1024).cache())"
+    assert f"`{fix}`" in f.fix
+
+    # The fix: the same adapt over a cache of the dataset, in larger batches.
+    result, fixed = profiled(ip, fix + "\n")
+    assert result.success
+    assert len(fixed.record.adapt_calls) == 7
+    cached = sum(call.wall for call in fixed.record.adapt_calls)
+    print(f"over a cache: {cached:.2f} s")
+    assert_silent(fixed, CODE)
+
+
 def _calls(walls: list[float], shared: list[int], data: str, cached: bool) -> Record:
     record = Record()
     record.wall_time = 10.0

@@ -472,6 +472,7 @@ class AdaptCall:
     line: int = -1  # the line of the cell or script that made it (-1: unknown)
     caller: int = -1  # the outermost such line (where a helper of the code's own was called)
     loop: int = -1  # the innermost loop of the code it was made in (-1: none)
+    by_feature_space: bool = False  # made by `FeatureSpace.adapt`, one per feature's layer
 
 
 @dataclass

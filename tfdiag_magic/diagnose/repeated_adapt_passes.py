@@ -32,13 +32,19 @@ EPYC VM), its 12 calls took 3.65 s; the same layers adapted on the columns' arra
 The calls over one pipeline: how many, the layers, their time in all and each on average,
 their share of the run, the lines that made them, and the shared pipeline's stages.
 
+`keras.utils.FeatureSpace.adapt` does the same: a pass over the dataset it is given for each
+feature's layer, one after the other.
+
 ## Fix
 Read the data once. Where it is in memory (the pipeline starts from `from_tensor_slices`),
 give each layer its values as an array (`layer.adapt(train_df[name].to_numpy())`): no
 pipeline at all. Otherwise cache what the calls share, once, and adapt over the cache
 (`adapt_ds = train_ds.cache()`, then `layer.adapt(adapt_ds.map(...))`): the first call fills
 it, the others read memory. A cache after a shuffle keeps its first order, so train on the
-pipeline as it was.
+pipeline as it was. For a `FeatureSpace`, give its `adapt` a cache of the dataset in batches
+of a thousand or so (`.unbatch().batch(1024).cache()`): on keras-io's FeatureSpace example's
+columns, 40,000 rows in batches of 32, its 7 passes took 5.4 s as written, 3.4 s over a cache
+and 0.9 s over a cache in batches of 1,024 (a script of the test's cell, run plainly).
 
 ## Threshold
 At least 3 calls over datasets that share a stage of their pipelines (the same dataset object
@@ -58,7 +64,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     del source  # the fix depends on where the data is, not on how the cell is written
     groups: dict[int, list[AdaptCall]] = {}
     for call in record.adapt_calls:
-        if call.data == "dataset" and not _cached(call):
+        if call.data == "dataset" and not _cached(call):  # FeatureSpace's too
             groups.setdefault(call.shared, []).append(call)
     judged = [(calls, _repeated_seconds(calls)) for calls in groups.values()]
     wall = record.wall_time
@@ -88,12 +94,14 @@ def check(record: Record, source: str | None) -> Finding | None:
             f" {share(total, wall)} of the run"
         ),
         detail=(
-            f"{layer_text} layers were adapted one by one over datasets made from one pipeline"
+            f"{layer_text} layers were adapted one by one"
+            f"{' by `FeatureSpace.adapt`' if calls[0].by_feature_space else ''}"
+            " over datasets made from one pipeline"
             f" ({_pipeline_text(stages)}). Each `adapt()` reads all of its data, so each ran"
             f" the pipeline from its source again: {seconds(total / len(calls))} a call on"
             f" average, {seconds(repeated)} in the passes after the first."
         ),
-        fix=_fix(in_memory),
+        fix=_fix_feature_space() if calls[0].by_feature_space else _fix(in_memory),
         evidence={
             "calls": len(calls),
             "layers": dict(layers.most_common()),
@@ -105,6 +113,7 @@ def check(record: Record, source: str | None) -> Finding | None:
             "called_from": callers,
             "pipeline": stages,
             "source_in_memory": in_memory,
+            "by_feature_space": calls[0].by_feature_space,
         },
         impact=repeated,
     )
@@ -125,6 +134,16 @@ def _repeated_seconds(calls: list[AdaptCall]) -> float:
 def _pipeline_text(stages: list[str]) -> str:
     kinds = [kind.removesuffix("Dataset") or kind for kind in stages]
     return " ← ".join(kinds) if kinds else "its stages unread"
+
+
+def _fix_feature_space() -> str:
+    return (
+        "Give `FeatureSpace.adapt` a cache of the dataset in large batches:"
+        " `feature_space.adapt(train_ds_with_no_labels.unbatch().batch(1024).cache())`. It"
+        " adapts each feature's layer in a pass of its own over the dataset it is given, one"
+        " update a batch; over the cache the first pass fills it and the others read memory."
+        " Train on the pipeline as it was: a cache after a shuffle keeps its first order."
+    )
 
 
 def _fix(in_memory: bool) -> str:

@@ -2,8 +2,10 @@
 took and what it read (`record.AdaptCall`), for `repeated-adapt-passes`.
 
 Each preprocessing class's own `adapt` is wrapped for the run (`StringLookup.adapt` calls
-`IndexLookup.adapt`, `FeatureSpace.adapt` its features' layers': a call counts once, at its
-outermost wrapper). A call given a tf.data dataset reads it whole, every stage from its source:
+`IndexLookup.adapt`: a call counts once, at its outermost wrapper). `FeatureSpace.adapt`
+adapts each feature's layer over a `map` of the dataset it is given, one after the other: those
+calls count, each marked as made by it. A call given a tf.data dataset reads it whole, every
+stage from its source:
 the probe notes the dataset's stages (`dataset_structure.read_stages`, without iterating it)
 and which earlier call's pipeline shares a dataset object with this one's (the same `train_ds`
 under a `map` per feature), through weak references, so that no dataset of the code's lives
@@ -21,7 +23,7 @@ from typing import Any
 from ..record import AdaptCall, Record
 from ..recorder import Recorder
 from .dataset_structure import read_stages
-from .patching import Patcher, defining_class, wraps_exactly
+from .patching import Patcher, wraps_exactly
 
 # The layers whose `adapt` reads data, by their names in `keras.layers` and `keras.utils`.
 _LAYERS = (
@@ -41,6 +43,7 @@ class AdaptProbe:
     def __init__(self) -> None:
         self._patcher = Patcher()
         self._depth = 0
+        self._feature_space = 0  # FeatureSpace.adapt calls running (on the run's thread)
         self._calls: list[AdaptCall] = []
         # Per recorded call that read a dataset: weak references to it and the datasets it is
         # made from, and the call's group (`AdaptCall.shared`).
@@ -57,12 +60,13 @@ class AdaptProbe:
             for klass in cls.__mro__:  # StringLookup's own adapt and IndexLookup's
                 if "adapt" in vars(klass) and klass not in owners:
                     owners.append(klass)
-        feature_space = getattr(keras.utils, "FeatureSpace", None)
-        if feature_space is not None and "adapt" in vars(feature_space):
-            owners.append(defining_class(feature_space, "adapt"))
         for owner in owners:
             original = vars(owner)["adapt"]
             self._patcher.replace(owner, "adapt", self._wrap(recorder, original))
+        feature_space = getattr(keras.utils, "FeatureSpace", None)
+        if feature_space is not None and "adapt" in vars(feature_space):
+            original = vars(feature_space)["adapt"]
+            self._patcher.replace(feature_space, "adapt", self._container(recorder, original))
 
     def remove(self) -> None:
         self._patcher.restore()
@@ -87,6 +91,22 @@ class AdaptProbe:
                 wall = perf_counter() - began
                 probe._depth -= 1
                 probe._note(rec, self, data, began, wall)
+
+        return wraps_exactly(adapt, original)
+
+    def _container(self, rec: Recorder, original: Any) -> Any:
+        """`FeatureSpace.adapt`, which marks the layers' calls it makes as its own."""
+        probe = self
+
+        def adapt(self: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            if threading.get_ident() != rec.thread_id or probe._depth:
+                return original(self, *args, **kwargs)
+            probe._feature_space += 1
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                probe._feature_space -= 1
 
         return wraps_exactly(adapt, original)
 
@@ -116,6 +136,7 @@ class AdaptProbe:
                     line=line,
                     caller=caller,
                     loop=rec.innermost_loop(),
+                    by_feature_space=self._feature_space > 0,
                 )
             )
         except Exception:

@@ -150,3 +150,65 @@ def test_a_loss_that_falls_at_every_batch_is_found_too(ip):
     f = the(r, CODE)
     assert [e["epoch"] for e in f.evidence["epochs"]] == [0, 1]
     assert np.isclose(f.evidence["epochs"][0]["mean"], batches[0].mean(), rtol=1e-3)
+
+
+# keras-io's knowledge distillation's `test_step`, in short: it returns the loss of the batch,
+# which no metric holds. `fit` shows the validation's last batch as `val_student_loss`, and
+# `evaluate` returns it likewise.
+EVALUATED = """
+class Student(Critic):
+    def test_step(self, data):
+        features, target = data
+        return {"student_loss": tf.reduce_mean(tf.square(self(features)[:, 0] - target))}
+class KeptTests(keras.callbacks.Callback):
+    def on_test_begin(self, logs=None):
+        self.batches = []
+        self.runs = getattr(self, "runs", [])
+        self.runs.append(self.batches)
+    def on_test_batch_end(self, batch, logs=None):
+        self.batches.append(float(logs["student_loss"]))
+student = Student(tracked=True)
+student.compile(optimizer=keras.optimizers.SGD(0.05))
+kept = KeptTests()
+"""
+
+
+def test_the_last_test_batchs_value_shown_by_fits_validation_and_evaluate_is_found(ip):
+    ip.run_cell(MODEL + "TRACKED = True\n" + EVALUATED)
+    result, r = profiled(
+        ip,
+        "history = student.fit(x[:192], y[:192], batch_size=32, epochs=2, shuffle=False,\n"
+        "                      verbose=0, validation_data=(x[192:], y[192:]),\n"
+        "                      validation_batch_size=16, callbacks=[kept])\n"
+        "returned = student.evaluate(x, y, batch_size=32, verbose=0, return_dict=True,\n"
+        "                            callbacks=[kept])\n",
+    )
+    assert result.success
+    runs = [np.array(run) for run in ip.user_ns["kept"].runs]
+    assert [len(run) for run in runs] == [4, 4, 8]  # two validations of 64 rows, then evaluate
+    shown = ip.user_ns["history"].history["val_student_loss"]
+    assert np.allclose(shown, [runs[0][-1], runs[1][-1]])  # Keras 3: the last batch's
+    assert np.isclose(ip.user_ns["returned"]["student_loss"], runs[2][-1])
+    # What the probe read: each validation's and the evaluate's batches, as the callback kept
+    # them; the training's own `d_loss` is the tracker's, and nothing of it is read.
+    read = {(e.phase, e.epoch): e for e in r.record.epoch_logs}
+    assert set(read) == {("validation", 0), ("validation", 1), ("evaluate", 0)}, read
+    for (phase, index), row in read.items():
+        values = runs[2] if phase == "evaluate" else runs[index]
+        assert row.key == ("student_loss" if phase == "evaluate" else "val_student_loss")
+        assert row.batches == len(values)
+        assert np.isclose(row.shown, values[-1], rtol=1e-3)
+        assert np.isclose(row.mean, values.mean(), rtol=1e-3)
+    # The finding, where a shown value was off its mean by a tenth of the range (the
+    # first validation's at least: the seeded model's loss spreads over its 4 batches).
+    off = [
+        e
+        for e in read.values()
+        if abs(e.shown - e.mean) >= 0.1 * (e.largest - e.least) and e.largest > e.least
+    ]
+    assert read["validation", 0] in off, read  # shown 4.38, the mean of its 4 batches 5.23
+    f = the(r, CODE)
+    assert {(e["phase"], e["epoch"]) for e in f.evidence["epochs"]} <= set(read)
+    assert f.evidence["epochs_off"] == len(off)
+    assert "`test_step`" in f.detail and "`train_step`" not in f.detail
+    assert "`student_loss`" in f.detail and "in `test_step`" in f.fix

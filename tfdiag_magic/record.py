@@ -454,6 +454,9 @@ class EpochLogs:
     mean: float  # the mean over the epoch's batches
     least: float
     largest: float
+    # "train" (an epoch of fit), "validation" (fit's evaluate after an epoch; `key` as fit shows
+    # it, "val_" first) or "evaluate" (a top-level evaluate; `epoch` its count from 0)
+    phase: str = "train"
 
 
 @dataclass(frozen=True)

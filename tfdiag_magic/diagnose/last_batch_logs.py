@@ -16,7 +16,9 @@ d_loss, "g_loss": g_loss}`, keras-io's WGAN-GP), and within an epoch they varied
 batch. Keras 3 shows the metrics' results after an epoch only where the step returns exactly
 their names; otherwise it shows, and `History` keeps, what the step returned for the epoch's
 last batch (`Trainer._get_metrics_result_or_logs`), and its progress bar shows every value as
-given, where Keras 2's averaged them over the epoch.
+given, where Keras 2's averaged them over the epoch. A `test_step` that returns such values
+(keras-io's knowledge distillation returns `{"student_loss": ...}`) makes `evaluate` return,
+and `fit` show as its `val_` values, the last test batch's the same way.
 
 ## Why it hurts
 The curve `fit` prints and `History` keeps is one batch per epoch: noise, not the trend. Read
@@ -25,16 +27,18 @@ under the tool on keras-io's WGAN-GP (512 images, batch 64): epoch 0 showed `d_l
 -12.7 to 8.7). Early stopping or a checkpoint that monitors such a key judges one batch.
 
 ## Evidence we show
-The model, each such key with its epochs: the value shown (the last batch's), the epoch's
-mean, its least and largest value, and its batches. Read from the logs Keras hands its
-callbacks after each batch (a reference to each value kept, read once at the epoch's end),
-only for a fit whose first batch returned keys that no metric holds.
+The model, each such key with its epochs (or validations, or evaluate calls): the value shown
+(the last batch's), the mean, the least and largest value, and the batches. Read from the logs
+Keras hands its callbacks after each batch (a reference to each value kept, read once at the
+epoch's or the evaluation's end), only for a top-level fit, its validations or a top-level
+evaluate whose first batch returned keys that no metric holds.
 
 ## Fix
 Track each value with a `keras.metrics.Mean`, as keras-io's Keras 3 examples do: create
 `self.d_loss_tracker = keras.metrics.Mean(name="d_loss")` in `__init__`, list the trackers in a
 `metrics` property (Keras resets them every epoch), call `self.d_loss_tracker.update_state(
-d_loss)` in `train_step`, and return `{m.name: m.result() for m in self.metrics}`.
+d_loss)` in `train_step` (and in `test_step` for what it returns), and return `{m.name:
+m.result() for m in self.metrics}`.
 
 ## Threshold
 At least one epoch of 3 batches or more whose shown value differs from its mean by at least a
@@ -57,30 +61,30 @@ def check(record: Record, source: str | None) -> Finding | None:
         return None
     model = off[0].model
     mine = [epoch for epoch in record.epoch_logs if epoch.model == model]
-    keys = list(dict.fromkeys(epoch.key for epoch in mine if _misread(epoch)))
+    off = [epoch for epoch in off if epoch.model == model]
+    keys = list(dict.fromkeys(epoch.key for epoch in off))
     worst = max(off, key=lambda epoch: abs(epoch.shown - epoch.mean) / _range(epoch))
     shown = [epoch for epoch in mine if epoch.key in keys][: SHOWN_MOST * len(keys)]
+    steps = _steps(off)
     return Finding(
         code=CODE,
         severity="warning",
-        title=(
-            f"The {_names(keys)} fit showed for each epoch is its last batch's, not the"
-            " epoch's mean"
-        ),
+        title=_title(off, keys),
         detail=(
-            f"The `train_step` of model `{model}` returns {_names(keys)}, which no metric of the"
-            " model holds: Keras 3 then shows, and `History` keeps, what the step returned for"
-            f" each epoch's last batch. In epoch {worst.epoch}, `{worst.key}` was shown as"
-            f" {worst.shown:.4g}, where its mean over the epoch's {worst.batches} batches was"
+            f"The {steps} of model `{model}` returns {_names(_returned(off))}, which no metric"
+            " of the model holds: Keras 3 then shows, and `History` keeps, what the step"
+            f" returned for the last batch. In {_where(worst)}, `{worst.key}` was shown as"
+            f" {worst.shown:.4g}, where its mean over the {worst.batches} batches was"
             f" {worst.mean:.4g} (from {worst.least:.4g} to {worst.largest:.4g});"
-            f" {len(off)} of {len(mine)} epoch values read were off their mean by a tenth of"
+            f" {len(off)} of {len(mine)} values read were off their mean by a tenth of"
             " their range or more."
         ),
         fix=(
             "Track each value with a `keras.metrics.Mean`: `self.d_loss_tracker ="
             ' keras.metrics.Mean(name="d_loss")` in `__init__`, the trackers listed in a'
-            " `metrics` property (Keras resets them every epoch), `update_state(d_loss)` in"
-            " `train_step`, and `return {m.name: m.result() for m in self.metrics}`."
+            " `metrics` property (Keras resets them every epoch and before each evaluation),"
+            f" `update_state(d_loss)` in {steps}, and `return {{m.name: m.result() for m in"
+            " self.metrics}`."
         ),
         evidence={
             "model": model,
@@ -88,6 +92,7 @@ def check(record: Record, source: str | None) -> Finding | None:
             "epochs": [
                 {
                     "key": epoch.key,
+                    "phase": epoch.phase,
                     "epoch": epoch.epoch,
                     "shown": rounded(epoch.shown, 4),
                     "mean": rounded(epoch.mean, 4),
@@ -101,6 +106,42 @@ def check(record: Record, source: str | None) -> Finding | None:
             "epochs_read": len(mine),
         },
     )
+
+
+def _steps(off: list[EpochLogs]) -> str:
+    """The steps whose returned values were misread: `train_step`, `test_step` or both."""
+    phases = {epoch.phase for epoch in off}
+    named = ["`train_step`"] if "train" in phases else []
+    if phases - {"train"}:
+        named.append("`test_step`")
+    return " and ".join(named)
+
+
+def _returned(off: list[EpochLogs]) -> list[str]:
+    """The keys as the steps returned them (fit's "val_" left out)."""
+    return list(
+        dict.fromkeys(
+            epoch.key.removeprefix("val_") if epoch.phase == "validation" else epoch.key
+            for epoch in off
+        )
+    )
+
+
+def _title(off: list[EpochLogs], keys: list[str]) -> str:
+    if all(epoch.phase == "evaluate" for epoch in off):
+        return (
+            f"The {_names(keys)} evaluate returned is its last batch's, not the mean over its"
+            " batches"
+        )
+    return f"The {_names(keys)} fit showed for each epoch is its last batch's, not the epoch's mean"
+
+
+def _where(epoch: EpochLogs) -> str:
+    if epoch.phase == "evaluate":
+        return f"evaluate call {epoch.epoch + 1}"
+    if epoch.phase == "validation":
+        return f"epoch {epoch.epoch}'s validation"
+    return f"epoch {epoch.epoch}"
 
 
 def _range(epoch: EpochLogs) -> float:

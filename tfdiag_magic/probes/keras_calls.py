@@ -260,6 +260,12 @@ class KerasProbe:
         # The top-level fit's returned values that no metric holds (`last-batch-logs`); its
         # `keys` () once the fit's first batch showed there are none: no call per batch then.
         self._step_logs = StepLogs(rec.epoch_logs)
+        # Likewise a top-level evaluate's test batches, or the top-level fit's validation's:
+        # the driver depth its batches run at (0: none read now), its phase, and the top-level
+        # evaluate calls so far (their `EpochLogs.epoch`).
+        self._eval_logs = StepLogs(rec.epoch_logs, "evaluate")
+        self._eval_depth = 0
+        self._evaluations = 0
         owner = defining_class(keras.Model, "compile")
         self._patcher.replace(owner, "compile", self._compile(rec, vars(owner)["compile"]))
         for name in _DRIVERS:
@@ -472,6 +478,12 @@ class KerasProbe:
             elif name == "evaluate" and rec.driver_depth == 1:
                 # A fit's validation: until its first batch (the last one's iterator goes).
                 probe._validation_began = (rec.keras_epoch, perf_counter(), this_thread_times())
+            reads_eval = name == "evaluate" and (
+                top or (rec.driver_depth == 1 and bool(kwargs.get("_use_cached_eval_dataset")))
+            )
+            if reads_eval:  # what its test step returns is decided at its first batch
+                probe._eval_logs.fit_began()
+                probe._eval_depth = rec.driver_depth + 1
             rec.driver_depth += 1
             rec.driver_eager = bool(getattr(self, "run_eagerly", False)) or _functions_eager()
             rec.take_wait()  # what the cell waited for before calling Keras is not a batch's
@@ -486,6 +498,8 @@ class KerasProbe:
                 raise
             finally:
                 rec.driver_depth -= 1
+                if reads_eval:
+                    probe._eval_read(rec, top, returned)
                 if top:
                     try:
                         probe._call_patcher.restore()
@@ -513,6 +527,23 @@ class KerasProbe:
                 rec.driver_eager, rec.keras_epoch, probe._open, rec.keras_batch = saved
 
         return wraps_exactly(driver, original)
+
+    def _eval_read(self, rec: Recorder, top: bool, returned: bool) -> None:
+        """A top-level evaluate, or the top-level fit's validation, ended: read what its test
+        batches returned that no metric holds (where they did), and let it go."""
+        logs, self._eval_depth = self._eval_logs, 0
+        try:
+            if returned and logs.keys:
+                if top:
+                    logs.epoch_done(self._evaluations, "evaluate")
+                else:
+                    logs.epoch_done(max(rec.keras_epoch, 0), "validation")
+        except Exception:  # the reading is the tool's business, never the call's
+            pass
+        finally:
+            logs.release()
+            if top:
+                self._evaluations += 1
 
     def _on_batch(self, rec: Recorder, original: Any, phase_name: str) -> Any:
         # A hot path (a step per call): no call it can avoid (see tf_functions' `call`).
@@ -640,9 +671,10 @@ class KerasProbe:
         phase = Phase.of(phase_name)
         kind = Kind.KERAS
         is_train = phase_name == "train"
+        is_eval = phase_name == "eval"
         takes_loss = phase_name != "predict"
         here, clock, add_step, nan = rec.here, perf_counter, rec.add_step, NAN
-        step_logs = probe._step_logs
+        step_logs, eval_logs = probe._step_logs, probe._eval_logs
 
         def batch_end(self: Any, batch: int, logs: Any = None) -> Any:
             __tracebackhide__ = True
@@ -665,6 +697,8 @@ class KerasProbe:
                 rec.fit_callbacks, rec.fit_batch = self, batch
                 if step_logs.keys != ():
                     step_logs.batch(self, logs)
+            elif is_eval and rec.driver_depth == probe._eval_depth and eval_logs.keys != ():
+                eval_logs.batch(self, logs)
             try:
                 return original(self, batch, logs)
             finally:

@@ -1,5 +1,5 @@
-"""What `fit` showed of the values a custom `train_step` returns that no metric of the model
-holds (`last-batch-logs`).
+"""What `fit` and `evaluate` showed of the values a custom `train_step` or `test_step` returns
+that no metric of the model holds (`last-batch-logs`).
 
 Keras 3 shows, after each epoch, the model's metrics' results where the step returns exactly
 their names; otherwise it shows what the step returned for the epoch's last batch
@@ -13,7 +13,9 @@ kept (the tensors the step returned, a reference each), and read to the host onc
 epoch's end: the value shown, the epoch's mean, its least and its largest. Left out: a key
 whose shown value is a metric's result at the epoch's end (a tracker's running mean returned
 under another name) or the optimizer's learning rate then (a rate on a schedule, returned to be
-shown: its last value is the one wanted).
+shown: its last value is the one wanted). `evaluate` returns, and fit shows as its `val_`
+values, the last test batch's likewise: a second instance reads each top-level `evaluate` and
+each validation of the top-level fit, from its first test batch to its end.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ RATE_TOLERANCE = 0.05
 class StepLogs:
     """The values of the running fit's returned keys that no metric holds, batch by batch."""
 
-    def __init__(self, epochs: list[EpochLogs]) -> None:
+    def __init__(self, epochs: list[EpochLogs], phase: str = "train") -> None:
+        self.phase = phase  # what `EpochLogs.phase` the values read here get by default
         self.keys: tuple[str, ...] | None = None  # None: not decided for this fit yet
         self.model = ""
         self._model: Any = None  # a weak reference to the fit's model
@@ -62,8 +65,12 @@ class StepLogs:
             for key in keys:
                 self._values[key].append(logs.get(key))
 
-    def epoch_done(self, epoch: int) -> None:
-        """Read the epoch's kept values to the host, and let them go."""
+    def epoch_done(self, epoch: int, phase: str | None = None) -> None:
+        """Read the epoch's kept values to the host, and let them go (`phase`: the
+        `EpochLogs.phase` they get, the instance's by default; "validation" shows each key
+        as fit shows it, "val_" first)."""
+        phase = phase or self.phase
+        prefix = "val_" if phase == "validation" else ""
         if not self.keys:
             return
         model = self._model() if self._model is not None else None
@@ -81,13 +88,14 @@ class StepLogs:
                 self.epochs.append(
                     EpochLogs(
                         model=self.model,
-                        key=key,
+                        key=prefix + key,
                         epoch=epoch,
                         batches=len(numbers),
                         shown=numbers[-1],
                         mean=sum(numbers) / len(numbers),
                         least=min(numbers),
                         largest=max(numbers),
+                        phase=phase,
                     )
                 )
 

@@ -76,7 +76,9 @@ def test_epochs_that_start_asleep_while_the_last_iterator_shuts_down_are_found(i
     found = [f for f in r.findings if f.code == "epoch-start-stall"]
     print(f"{len(stalled)} of {len(later)} starts slept {asleep:.2f} s, found: {bool(found)}")
     assert len(later) == 79, len(later)
-    if len(stalled) >= 10 and asleep >= 1.5:
+    # Past every bar: ten stalls, 1.5 s, and the finding's share of the run (a busy machine
+    # stretches the run: beside three test workers, a CPU hog and more, the fit took 36 s).
+    if len(stalled) >= 10 and asleep >= max(1.5, _share_bar(r)):
         assert found, listing(r)
     if asleep < 0.5:  # the fit's end may add a sleep of its own; under 1 s in all, silent
         assert not any(f.evidence["stalled_epoch_starts"] for f in found), listing(r)
@@ -212,13 +214,18 @@ def step(b):
 """
 
 
+def _share_bar(r) -> float:
+    """The sleep the finding asks of the run for its share: a twentieth of its time."""
+    return epoch_start_stall.MIN_RUN_SHARE * r.record.wall_time
+
+
 def _judged_by_the_sleep_recorded(r, loop: LoopInfo) -> list:
     """The run's `epoch-start-stall` findings, checked against the sleep its loop's ends
     recorded: where they slept well past every bar (10 ends, 1.5 s) the finding must be there;
     under its 1 s floor it must not; between, the bars decide (the tests on records)."""
     found = [f for f in r.findings if f.code == "epoch-start-stall"]
     print(f"{loop.releases_stalled} ends slept {loop.release_asleep:.2f} s, found: {bool(found)}")
-    if loop.releases_stalled >= 10 and loop.release_asleep >= 1.5:
+    if loop.releases_stalled >= 10 and loop.release_asleep >= max(1.5, _share_bar(r)):
         assert found, listing(r)
     if loop.release_asleep < epoch_start_stall.MIN_SECONDS:
         assert not found, listing(r)

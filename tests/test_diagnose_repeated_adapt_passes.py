@@ -119,8 +119,10 @@ def test_the_structured_data_tutorials_adapt_calls_are_found(ip):
         "Normalization": 2,
         "IntegerLookup": 1,
     }, ev
-    assert ev["seconds"] == pytest.approx(passes, abs=1e-3)
-    assert ev["repeated_s"] == pytest.approx(passes * 11 / 12, abs=1e-3)
+    assert ev["seconds"] == pytest.approx(passes, rel=1e-3)
+    work = sum(min(call.wall, call.cpu) for call in calls)
+    assert ev["repeated_s"] == pytest.approx(work * 11 / 12, rel=1e-3)
+    assert ev["cpu_s"] == pytest.approx(sum(call.cpu for call in calls), rel=1e-3)
     assert ev["pipeline"][0] == "MapDataset" and ev["pipeline"][-1] == "TensorSliceDataset", ev
     assert "ShuffleDataset" in ev["pipeline"] and ev["source_in_memory"] is True
     # The helpers are another cell's: the lines are the profiled cell's calls of them (its
@@ -216,7 +218,9 @@ def test_a_feature_spaces_adapt_is_read_as_a_pass_per_feature(ip):
     assert_silent(fixed, CODE)
 
 
-def _calls(walls: list[float], shared: list[int], data: str, cached: bool) -> Record:
+def _calls(
+    walls: list[float], shared: list[int], data: str, cached: bool, cpu_share: float = 1.0
+) -> Record:
     record = Record()
     record.wall_time = 10.0
     stages = (
@@ -225,7 +229,7 @@ def _calls(walls: list[float], shared: list[int], data: str, cached: bool) -> Re
         DatasetStage("TensorSliceDataset", depth=2),
     )
     record.adapt_calls = [
-        AdaptCall(float(i), wall, "StringLookup", data, group, stages, line=5)
+        AdaptCall(float(i), wall, wall * cpu_share, "StringLookup", data, group, stages, line=5)
         for i, (wall, group) in enumerate(zip(walls, shared, strict=True))
     ]
     return record
@@ -241,9 +245,12 @@ def _calls(walls: list[float], shared: list[int], data: str, cached: bool) -> Re
         ([0.5] * 4, [0] * 4, "array", False),  # arrays: no pipeline run again
         ([0.1] * 12, [0] * 12, "dataset", False),  # 1.1 s past the first, 12% of the run
         ([0.5] * 4, [0] * 4, "cached", False),  # the later passes read a cache
+        ([0.5] * 4, [0] * 4, "busy", False),  # 1.5 s of wall, 0.5 s of CPU: a busy machine
     ],
-    ids=["found", "two", "separate", "short", "arrays", "small-share", "cached"],
+    ids=["found", "two", "separate", "short", "arrays", "small-share", "cached", "busy"],
 )
 def test_only_enough_passes_over_one_pipeline_count(walls, shared, data, found):
-    record = _calls(walls, shared, "dataset" if data == "cached" else data, data == "cached")
+    cpu_share = 1 / 3 if data == "busy" else 1.0
+    kind = "dataset" if data in ("cached", "busy") else data
+    record = _calls(walls, shared, kind, data == "cached", cpu_share)
     assert (repeated_adapt_passes.check(record, None) is not None) is found

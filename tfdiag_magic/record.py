@@ -466,6 +466,7 @@ class AdaptCall:
 
     time: float  # seconds since the run started, at the call
     wall: float  # seconds it took
+    cpu: float  # the process's CPU seconds meanwhile (tf.data's threads' included)
     layer: str  # the layer's class ("StringLookup", "Normalization")
     data: str  # "dataset", "array" (an array or tensor) or "iterable"
     # The first adapt call of the run whose pipeline shares a dataset with this one's (its own

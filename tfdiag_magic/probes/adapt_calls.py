@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from time import perf_counter
+from time import perf_counter, process_time
 from typing import Any
 
 from ..record import AdaptCall, Record
@@ -84,13 +84,13 @@ class AdaptProbe:
                 return original(self, *args, **kwargs)
             data = args[0] if args else kwargs.get("data", kwargs.get("dataset"))
             probe._depth += 1
-            began = perf_counter()
+            began, cpu = perf_counter(), process_time()
             try:
                 return original(self, *args, **kwargs)
             finally:
-                wall = perf_counter() - began
+                wall, cpu = perf_counter() - began, process_time() - cpu
                 probe._depth -= 1
-                probe._note(rec, self, data, began, wall)
+                probe._note(rec, self, data, began, (wall, cpu))
 
         return wraps_exactly(adapt, original)
 
@@ -110,7 +110,9 @@ class AdaptProbe:
 
         return wraps_exactly(adapt, original)
 
-    def _note(self, rec: Recorder, layer: Any, data: Any, began: float, wall: float) -> None:
+    def _note(
+        self, rec: Recorder, layer: Any, data: Any, began: float, took: tuple[float, float]
+    ) -> None:
         """Record one outermost call. Never raises: what the call read is the tool's business."""
         if len(self._calls) >= MAX_CALLS:
             return
@@ -128,7 +130,8 @@ class AdaptProbe:
             self._calls.append(
                 AdaptCall(
                     time=began - rec.t0,
-                    wall=wall,
+                    wall=took[0],
+                    cpu=took[1],
                     layer=type(layer).__name__,
                     data=kind,
                     shared=shared,

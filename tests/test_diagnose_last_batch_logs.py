@@ -14,6 +14,8 @@ import numpy as np
 
 from tests.diagnosis_support import assert_silent, the
 from tests.helpers import profiled
+from tfdiag_magic.diagnose import last_batch_logs
+from tfdiag_magic.record import EpochLogs, Record
 
 CODE = "last-batch-logs"
 
@@ -212,3 +214,24 @@ def test_the_last_test_batchs_value_shown_by_fits_validation_and_evaluate_is_fou
     assert f.evidence["epochs_off"] == len(off)
     assert "`test_step`" in f.detail and "`train_step`" not in f.detail
     assert "`student_loss`" in f.detail and "in `test_step`" in f.fix
+
+
+def test_the_text_says_which_step_returned_what_and_counts_epochs_as_fit_prints_them():
+    """keras-io's knowledge distillation, as recorded: its `train_step` returns
+    `distillation_loss`, its `test_step` `student_loss` (fit shows the validation's as
+    `val_student_loss`), and evaluate returns the last test batch's too."""
+    record = Record()
+    record.epoch_logs = [
+        EpochLogs("distiller", "distillation_loss", 2, 10, 0.5, 0.9, 0.4, 1.4),
+        EpochLogs("distiller", "val_student_loss", 2, 4, 2.26, 2.31, 2.2, 2.5, "validation"),
+        EpochLogs("distiller", "student_loss", 0, 4, 2.21, 2.31, 2.2, 2.5, "evaluate"),
+    ]
+    f = last_batch_logs.check(record, None)
+    assert f is not None
+    assert "fit showed for each epoch and evaluate returned" in f.title, f.title
+    assert (
+        "Model `distiller`'s `train_step` returns `distillation_loss` and its `test_step`"
+        " returns `student_loss`," in f.detail
+    ), f.detail
+    assert "In epoch 3, `distillation_loss` was shown as 0.5," in f.detail, f.detail
+    assert "in `train_step` and `test_step`" in f.fix, f.fix

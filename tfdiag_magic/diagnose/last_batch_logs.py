@@ -71,9 +71,9 @@ def check(record: Record, source: str | None) -> Finding | None:
         severity="warning",
         title=_title(off, keys),
         detail=(
-            f"The {steps} of model `{model}` returns {_names(_returned(off))}, which no metric"
-            " of the model holds: Keras 3 then shows, and `History` keeps, what the step"
-            f" returned for the last batch. In {_where(worst)}, `{worst.key}` was shown as"
+            f"Model `{model}`'s {_returns(off)}, which no metric of the model holds: Keras 3"
+            " then shows, and `History` keeps, what the step returned for the last batch. In"
+            f" {_where(worst)}, `{worst.key}` was shown as"
             f" {worst.shown:.4g}, where its mean over the {worst.batches} batches was"
             f" {worst.mean:.4g} (from {worst.least:.4g} to {worst.largest:.4g});"
             f" {len(off)} of {len(mine)} values read were off their mean by a tenth of"
@@ -117,18 +117,29 @@ def _steps(off: list[EpochLogs]) -> str:
     return " and ".join(named)
 
 
-def _returned(off: list[EpochLogs]) -> list[str]:
-    """The keys as the steps returned them (fit's "val_" left out)."""
-    return list(
-        dict.fromkeys(
-            epoch.key.removeprefix("val_") if epoch.phase == "validation" else epoch.key
-            for epoch in off
-        )
-    )
+def _returns(off: list[EpochLogs]) -> str:
+    """What each step returned, as it returned the keys (fit's "val_" left out): "`train_step`
+    returns `d_loss`", "`train_step` returns `a` and its `test_step` returns `b`"."""
+    returned: dict[str, list[str]] = {}
+    for epoch in off:
+        step = "`train_step`" if epoch.phase == "train" else "`test_step`"
+        key = epoch.key.removeprefix("val_") if epoch.phase == "validation" else epoch.key
+        keys = returned.setdefault(step, [])
+        if key not in keys:
+            keys.append(key)
+    parts = [f"{step} returns {_names(keys)}" for step, keys in returned.items()]
+    return " and its ".join(parts)
 
 
 def _title(off: list[EpochLogs], keys: list[str]) -> str:
-    if all(epoch.phase == "evaluate" for epoch in off):
+    phases = {epoch.phase for epoch in off}
+    fit, evaluate = bool(phases - {"evaluate"}), "evaluate" in phases
+    if fit and evaluate:
+        return (
+            f"The {_names(keys)} fit showed for each epoch and evaluate returned are the last"
+            " batch's, not the mean over the batches"
+        )
+    if evaluate:
         return (
             f"The {_names(keys)} evaluate returned is its last batch's, not the mean over its"
             " batches"
@@ -137,11 +148,12 @@ def _title(off: list[EpochLogs], keys: list[str]) -> str:
 
 
 def _where(epoch: EpochLogs) -> str:
+    """Where the value was shown, epochs counted from 1 as fit prints them."""
     if epoch.phase == "evaluate":
         return f"evaluate call {epoch.epoch + 1}"
     if epoch.phase == "validation":
-        return f"epoch {epoch.epoch}'s validation"
-    return f"epoch {epoch.epoch}"
+        return f"epoch {epoch.epoch + 1}'s validation"
+    return f"epoch {epoch.epoch + 1}"
 
 
 def _range(epoch: EpochLogs) -> float:

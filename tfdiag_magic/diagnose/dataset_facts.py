@@ -136,7 +136,12 @@ def runs_ahead(structure: DatasetStructure) -> bool:
 
 
 def cached(structure: DatasetStructure) -> bool:
-    return any(stage.kind == "CacheDataset" for stage in structure.stages)
+    return reads_a_cache(structure.stages)
+
+
+def reads_a_cache(stages: tuple[DatasetStage, ...]) -> bool:
+    """Whether a pipeline of these stages holds a cache (in memory or a file)."""
+    return any(stage.kind == "CacheDataset" for stage in stages)
 
 
 # Stages that hand on what lies under them without work of their own before a first batch.

@@ -8,6 +8,7 @@ from collections import Counter
 from ..findings import Finding
 from ..record import AdaptCall, Record
 from ..units import and_list, seconds, share
+from .dataset_facts import reads_a_cache
 from .evidence import rounded
 
 CODE = "repeated-adapt-passes"
@@ -66,7 +67,9 @@ def check(record: Record, source: str | None) -> Finding | None:
     del source  # the fix depends on where the data is, not on how the cell is written
     groups: dict[int, list[AdaptCall]] = {}
     for call in record.adapt_calls:
-        if call.data == "dataset" and not _cached(call):  # FeatureSpace's too
+        # A pipeline that reads a cache: a pass after the one that filled it runs nothing
+        # below the cache again. FeatureSpace's calls count as any others.
+        if call.data == "dataset" and not reads_a_cache(call.stages):
             groups.setdefault(call.shared, []).append(call)
     judged = [(calls, _repeated_seconds(calls)) for calls in groups.values()]
     wall = record.wall_time
@@ -120,12 +123,6 @@ def check(record: Record, source: str | None) -> Finding | None:
         },
         impact=repeated,
     )
-
-
-def _cached(call: AdaptCall) -> bool:
-    """The call's pipeline reads a cache (in memory or a file): a pass after the one that
-    filled it runs nothing below the cache again."""
-    return any(stage.kind == "CacheDataset" for stage in call.stages)
 
 
 def _repeated_seconds(calls: list[AdaptCall]) -> float:

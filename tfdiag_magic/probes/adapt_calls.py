@@ -5,11 +5,10 @@ Each preprocessing class's own `adapt` is wrapped for the run (`StringLookup.ada
 `IndexLookup.adapt`: a call counts once, at its outermost wrapper). `FeatureSpace.adapt`
 adapts each feature's layer over a `map` of the dataset it is given, one after the other: those
 calls count, each marked as made by it. A call given a tf.data dataset reads it whole, every
-stage from its source:
-the probe notes the dataset's stages (`dataset_structure.read_stages`, without iterating it)
-and which earlier call's pipeline shares a dataset object with this one's (the same `train_ds`
-under a `map` per feature), through weak references, so that no dataset of the code's lives
-longer for it. Calls from other threads pass through untouched.
+stage from its source: the probe notes the dataset's stages (`dataset_structure.read_stages`,
+without iterating it) and which earlier call's pipeline shares a dataset object with this
+one's (the same `train_ds` under a `map` per feature), through weak references, so that no
+dataset of the code's lives longer for it. Calls from other threads pass through untouched.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from typing import Any
 
 from ..record import AdaptCall, Record
 from ..recorder import Recorder
-from .dataset_structure import read_stages
+from .dataset_structure import read_stages, tf_dataset
 from .patching import Patcher, wraps_exactly
 
 # The layers whose `adapt` reads data, by their names in `keras.layers` and `keras.utils`.
@@ -119,7 +118,7 @@ class AdaptProbe:
         try:
             index = len(self._calls)
             kind, shared, stages = "iterable", index, ()
-            dataset = _dataset(data)
+            dataset = tf_dataset(data)
             if dataset is not None:
                 kind = "dataset"
                 stages = read_stages(dataset)[0]
@@ -158,15 +157,6 @@ class AdaptProbe:
         with contextlib.suppress(TypeError):  # a dataset that takes no weak reference
             self._pipelines.append(([weakref.ref(each) for each in mine], group))
         return group
-
-
-def _dataset(data: Any) -> Any | None:
-    """`data` if it is a tf.data dataset, else None."""
-    if not type(data).__module__.startswith("tensorflow"):
-        return None
-    from tensorflow.python.data.ops.dataset_ops import DatasetV2
-
-    return data if isinstance(data, DatasetV2) else None
 
 
 def _pipeline(dataset: Any) -> list[Any]:

@@ -110,7 +110,7 @@ def datasets_drawn_by(iterable: Any) -> list[Any]:
             if kind.__module__.startswith("tqdm.") and hasattr(current, "iterable"):
                 pending.append(current.iterable)  # a progress bar: it yields what it iterates
                 continue
-            dataset = _tf_dataset(current)
+            dataset = tf_dataset(current)
             if dataset is not None:
                 found.append(dataset)
             elif kind not in _PLAIN_ITERATORS:
@@ -120,7 +120,7 @@ def datasets_drawn_by(iterable: Any) -> list[Any]:
         return []
 
 
-def _tf_dataset(data: Any) -> Any | None:
+def tf_dataset(data: Any) -> Any | None:
     """`data` if it is a tf.data dataset, the dataset a tf.data iterator reads, else None."""
     if not type(data).__module__.startswith("tensorflow"):
         return None

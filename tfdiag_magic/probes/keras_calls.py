@@ -261,8 +261,8 @@ class KerasProbe:
         # `keys` () once the fit's first batch showed there are none: no call per batch then.
         self._step_logs = StepLogs(rec.epoch_logs)
         # Likewise a top-level evaluate's test batches, or the top-level fit's validation's:
-        # the driver depth its batches run at (0: none read now), its phase, and the top-level
-        # evaluate calls so far (their `EpochLogs.epoch`).
+        # the driver depth its batches run at (0: none read now), and the top-level evaluate
+        # calls so far (their `EpochLogs.epoch`).
         self._eval_logs = StepLogs(rec.epoch_logs, "evaluate")
         self._eval_depth = 0
         self._evaluations = 0

@@ -33,7 +33,8 @@ RATE_TOLERANCE = 0.05
 
 
 class StepLogs:
-    """The values of the running fit's returned keys that no metric holds, batch by batch."""
+    """The values of the running fit's (or evaluation's) returned keys that no metric holds,
+    batch by batch."""
 
     def __init__(self, epochs: list[EpochLogs], phase: str = "train") -> None:
         self.phase = phase  # what `EpochLogs.phase` the values read here get by default
@@ -52,8 +53,8 @@ class StepLogs:
         self.fit_began()
 
     def batch(self, callbacks: Any, logs: Any) -> None:
-        """A training batch of the top-level fit ended with `logs` (a call per batch only for
-        a fit whose step returns values no metric holds)."""
+        """A batch of the fit or evaluation being read ended with `logs` (a call per batch
+        only where its step returns values no metric holds)."""
         keys = self.keys
         if keys is None:
             model = getattr(callbacks, "model", None)

@@ -327,6 +327,15 @@ def test_host_memory_is_sampled_over_steps(loop_ip):
     assert (np.diff(memory["step"]) >= 0).all()
     rss = r.report()["memory"]["host_rss"]
     assert rss["peak"] - rss["start"] >= 5 * 32_000_000 * 0.9
+    # The C heap's bytes in use see the arrays: as the `cpu_tensors` series where TensorFlow
+    # keeps no count of its own, else as the `heap` series read beside TensorFlow's count.
+    counted_by = r.record.facts.get("cpu_tensors_counted_by")
+    assert counted_by in ("heap", "tensorflow")
+    heap = memory["cpu_tensors"] if counted_by == "heap" else memory["heap"]
+    read = heap[heap >= 0]
+    assert read[-1] - read[0] >= 4 * 32_000_000, read
+    if counted_by == "heap":
+        assert (memory["heap"] == -1).all()  # not read twice
 
 
 def test_functions_traced_before_the_run_are_still_classified(loop_ip):

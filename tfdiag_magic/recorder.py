@@ -286,6 +286,9 @@ class Recorder:
         # its pools: microseconds to milliseconds, see `paced_read`): Python objects, whose
         # arenas neither count above sees.
         self.mem_python_blocks = array("q")
+        # The C heap's bytes in use where `mem_tensors` is TensorFlow's own count (oneDNN's
+        # allocator: tensors alone), -1 elsewhere (there `mem_tensors` is the heap already).
+        self.mem_heap = array("q")
         # Where the profiled code was at each sample: the line of its innermost frame on the
         # sampling thread's stack (-1: none). `code_file` is the filename the code was
         # compiled under (a cell's, a script's path); None: lines are not looked for.
@@ -307,6 +310,7 @@ class Recorder:
         self.gpu_reader: Callable[[], dict[str, tuple[int, int]]] | None = None
         self.tensor_reader: Callable[[], int] | None = None
         self.blocks_reader: Callable[[], int] = sys.getallocatedblocks
+        self.heap_reader: Callable[[], int] | None = None
         self.warnings: list[WarningRecord] = []
         self.warnings_dropped = 0
         # Calls and events that the diagnosis reads besides the steps (see record.py).
@@ -971,6 +975,7 @@ class Recorder:
         self.mem_rss.append(self.rss_reader() if self.rss_reader else -1)
         self.mem_tensors.append(self.tensor_reader() if self.tensor_reader else -1)
         self.mem_python_blocks.append(self.blocks_reader())
+        self.mem_heap.append(self.heap_reader() if self.heap_reader else -1)
         self.mem_line.append(self.user_line())
         load = self.load_reader() if self.load_reader is not None else None
         self.mem_cpu_self.append(load[0] if load is not None else NAN)
@@ -1079,6 +1084,7 @@ class Recorder:
         self.settle_losses()
         self.sample_memory()  # the last sample, with every reader still set
         self.rss_reader = self.gpu_reader = self.tensor_reader = self.load_reader = None
+        self.heap_reader = None
         self.thread_clocks = None
         left_out: DroppedSteps | None = None
         index: np.ndarray | None = None
@@ -1114,6 +1120,8 @@ class Recorder:
             "cpu_tensors": np.array(self.mem_tensors, dtype=np.int64),
             # blocks handed out by Python's object allocator (small objects)
             "python_blocks": np.array(self.mem_python_blocks, dtype=np.int64),
+            # the C heap's bytes in use where `cpu_tensors` is TensorFlow's own count; -1 else
+            "heap": np.array(self.mem_heap, dtype=np.int64),
         }
         # the line of the profiled code running at each sample (see `user_line`); -1: none
         memory["line"] = np.array(self.mem_line, dtype=np.int32)

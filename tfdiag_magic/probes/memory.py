@@ -121,11 +121,20 @@ def heap_bytes_reader() -> Callable[[], int] | None:
 
 class CpuTensorReader:
     """Reads the `cpu_tensors` measure (`read`, from `cpu_tensor_reader`) and says which count
-    it read."""
+    it read; `read_heap` reads the C heap's bytes in use where that count is TensorFlow's own
+    (which sees tensors alone), -1 elsewhere (where the measure is the heap already)."""
 
     def __init__(self) -> None:
         self.read = cpu_tensor_reader(self)
         self.counted_by: str | None = None  # "tensorflow" or "heap" once read
+        self._heap: Callable[[], int] | None = None
+
+    def read_heap(self) -> int:
+        if self.counted_by != "tensorflow":
+            return -1
+        if self._heap is None:
+            self._heap = heap_bytes_reader() or (lambda: -1)
+        return self._heap()
 
 
 def cpu_tensor_reader(said: CpuTensorReader | None = None) -> Callable[[], int]:
@@ -184,9 +193,11 @@ class MemoryProbe:
         self._paced = {
             "cpu_tensors": PacedReader(self._tensors.read, -1),
             "python_blocks": PacedReader(sys.getallocatedblocks, -1),
+            "heap": PacedReader(self._tensors.read_heap, -1),
         }
         recorder.tensor_reader = self._paced["cpu_tensors"]
         recorder.blocks_reader = self._paced["python_blocks"]
+        recorder.heap_reader = self._paced["heap"]
         if self._gpu_names:
             recorder.gpu_reader = gpu_memory_reader(self._gpu_names)
         recorder.sample_memory()

@@ -20,8 +20,9 @@ from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, r
 from tests.helpers import profiled
 from tests.test_diagnose_healthy import MIRRORED_CUSTOM_LOOP
 from tfdiag_magic.diagnose import progressive_slowdown
-from tfdiag_magic.diagnose.machine_load import load_over, made_by_a_busy_machine
-from tfdiag_magic.record import Phase, Record
+from tfdiag_magic.diagnose.machine_load import load_change, load_over, made_by_a_busy_machine
+from tfdiag_magic.record import Kind, Phase, Record
+from tfdiag_magic.recorder import Recorder
 
 NAN = math.nan
 
@@ -162,7 +163,7 @@ def test_a_machine_busy_throughout_is_no_arrival():
     starts = record.steps["start"]
     early = (float(starts[1]), float(starts[20]))
     late = (float(starts[180]), float(starts[199]))
-    assert not made_by_a_busy_machine(record, early, late, np.arange(200))
+    assert not made_by_a_busy_machine(load_change(record, early, late, np.arange(200)))
 
 
 # Eight epochs; two CPU hogs start at the fourth.
@@ -176,14 +177,14 @@ def test_a_reduced_tables_rows_count_the_steps_they_stand_for():
     starts = record.steps["start"]
     early = (float(starts[1]), float(starts[20]))
     late = (float(starts[180]), float(starts[199]))
-    assert made_by_a_busy_machine(record, early, late, rows)
+    assert made_by_a_busy_machine(load_change(record, early, late, rows))
     kept = np.r_[0:100, 100:200:4]
     for name in record.steps:
         record.steps[name] = record.steps[name][kept]
     record.step_index = kept.astype(np.int64)
     early = (float(record.steps["start"][1]), float(record.steps["start"][20]))
     late = (float(record.steps["start"][-5]), float(record.steps["start"][-1]))
-    assert made_by_a_busy_machine(record, early, late, np.arange(kept.size))
+    assert made_by_a_busy_machine(load_change(record, early, late, np.arange(kept.size)))
 
 
 MIRRORED_LOOP = MIRRORED_CUSTOM_LOOP.replace(
@@ -280,3 +281,43 @@ def test_a_run_beside_two_cpu_hogs_reports_a_busy_machine(ip):
     assert machine is not None and machine["busy"], machine
     assert machine["other_programs_cpus"] >= 0.8, machine
     assert "a busy machine: other programs kept" in r.summary()
+
+
+def _steps_of(durations: np.ndarray) -> Record:
+    """A recorded run of training steps that took `durations` seconds, one after another."""
+    rec = Recorder(memory_interval=3600)
+    t = rec.t0
+    for duration in durations.tolist():
+        rec.add_step(Phase.of("train"), Kind.MARKER, t, t + duration, math.nan, -1, False)
+        t += duration + 0.0002
+    return rec.finish()
+
+
+# 200 steps whose work rises 5x (6 to 30 ms), in ten windows of 20; neighbours fill the CPUs
+# through windows 2 to 4 and hold the steps back 3x there: the windows' wall medians rank
+# 0.5 with their order, too uneven to read as a trend (a loaded run of a loop concatenating
+# onto a tensor read medians of 2.4, 4.0, 6.5, 7.5, 3.4, 3.5, 3.8, 4.4, 7.8, 8.3 ms).
+_WORK = np.linspace(0.006, 0.030, 200)
+_BURST = np.where((np.arange(200) >= 40) & (np.arange(200) < 100), 3.0, 1.0)
+
+
+def _neighbours_in_bursts(row: int) -> float:
+    return 1.6 if 40 <= row < 100 else 0.1
+
+
+def test_a_rise_too_uneven_in_wall_time_is_judged_on_the_work_of_each_step():
+    record = _with_load(_steps_of(_WORK * _BURST), lambda row: _WORK[row], _neighbours_in_bursts)
+    found = progressive_slowdown.check(record, RISING)
+    assert found is not None, problems(record)
+    assert found.evidence["judged_on"] == "CPU time per step"
+    work = found.evidence["work_per_step_s"]
+    assert len(work) == 10 and work[-1] >= 3 * work[0]
+    assert "CPU time rose" in found.detail
+    # Without load samples (another system) the uneven rise is not read at all.
+    assert progressive_slowdown.check(_steps_of(_WORK * _BURST), RISING) is None
+
+
+def test_an_uneven_rise_whose_work_stays_is_no_slowdown():
+    # The same wall times, and a step's work the same throughout: neighbours alone.
+    record = _with_load(_steps_of(_WORK * _BURST), lambda row: 0.006, _neighbours_in_bursts)
+    assert progressive_slowdown.check(record, RISING) is None

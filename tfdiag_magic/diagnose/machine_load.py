@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..record import Record
+from .evidence import rounded
 
 MIN_SPAN_S = 0.05  # five ticks of /proc/stat a CPU at least
 # A rise in step time is a busy machine's when the steps' CPU time rose by less than this
@@ -102,34 +103,76 @@ def load_over(record: Record, start: float, end: float) -> Load | None:
     return Load(float(times[first]), float(times[last]), own_seconds, others, waited)
 
 
-def made_by_a_busy_machine(
+@dataclass(frozen=True)
+class LoadChange:
+    """What the machine did in two spans of a run, per step of the steps that started there."""
+
+    work: tuple[float, float]  # the process's CPU seconds per step
+    wall: tuple[float, float]  # the spans' seconds per step
+    waited: tuple[float, float]  # its threads' seconds in run queues per step (NaN: not read)
+    own_cpus: tuple[float, float]  # CPUs the process kept busy
+    others_cpus: tuple[float, float]  # CPUs the other programs kept busy
+
+    def evidence(self) -> dict[str, list[float]]:
+        """The numbers as a finding's evidence, early then late."""
+        return {
+            "cpu_seconds_per_step": [rounded(v) for v in self.work],
+            "cpu_wait_per_step_s": [rounded(v) for v in self.waited],
+            "other_programs_cpus": [round(v, 2) for v in self.others_cpus],
+        }
+
+
+def load_change(
     record: Record, early: tuple[float, float], late: tuple[float, float], rows: np.ndarray
-) -> bool:
-    """Whether steps (the step table's `rows`) that took longer in the span `late` than in
-    the span `early` were slowed by other programs: their process's CPU time per step rose by
-    less than `BUSY_MAX_WORK_RISE` (the work did not grow), of the CPUs the process kept busy
-    less of other programs took at least `BUSY_MIN_TAKEN_SHARE` (a wait for a device, a file
-    or a sleep on a quiet machine leaves them idle instead), and its threads' wait for a CPU
-    per step grew by `BUSY_MIN_WAIT_SHARE` of the steps' rise (a sleep that grows does not
-    make them wait for a CPU). False without load samples."""
+) -> LoadChange | None:
+    """The load over the spans `early` and `late`, per step of the step table's `rows` that
+    started in each; None without load samples or steps there."""
     before, after = _load_widened(record, *early), _load_widened(record, *late)
     if before is None or after is None:
-        return False
+        return None
     steps_before, steps_after = (_steps_in(record, load, rows) for load in (before, after))
     if not steps_before or not steps_after:
+        return None
+    return LoadChange(
+        work=(before.own / steps_before, after.own / steps_after),
+        wall=(before.wall / steps_before, after.wall / steps_after),
+        waited=(before.waited / steps_before, after.waited / steps_after),
+        own_cpus=(before.own_cpus, after.own_cpus),
+        others_cpus=(before.others_cpus, after.others_cpus),
+    )
+
+
+def work_per_step(record: Record, span: tuple[float, float], rows: np.ndarray) -> float | None:
+    """The process's CPU seconds per step of the step table's `rows` that started in `span`
+    (widened as `load_change` widens it); None without load samples or steps there."""
+    load = _load_widened(record, *span)
+    if load is None:
+        return None
+    steps = _steps_in(record, load, rows)
+    return load.own / steps if steps else None
+
+
+def made_by_a_busy_machine(change: LoadChange | None) -> bool:
+    """Whether steps that took longer in the late span than in the early one (`load_change`)
+    were slowed by other programs: their process's CPU time per step rose by less than
+    `BUSY_MAX_WORK_RISE` (the work did not grow), of the CPUs the process kept busy less of
+    other programs took at least `BUSY_MIN_TAKEN_SHARE` (a wait for a device, a file or a
+    sleep on a quiet machine leaves them idle instead), and its threads' wait for a CPU per
+    step grew by `BUSY_MIN_WAIT_SHARE` of the steps' rise (a sleep that grows does not make
+    them wait for a CPU). False without load samples."""
+    if change is None:
         return False
-    work_before, work_after = before.own / steps_before, after.own / steps_after
-    if work_after >= BUSY_MAX_WORK_RISE * work_before:
+    if change.work[1] >= BUSY_MAX_WORK_RISE * change.work[0]:
         return False
-    given_up = before.own_cpus - after.own_cpus
-    taken = after.others_cpus - before.others_cpus
+    given_up = change.own_cpus[0] - change.own_cpus[1]
+    taken = change.others_cpus[1] - change.others_cpus[0]
     if taken < BUSY_MIN_TAKEN_CPUS or taken < BUSY_MIN_TAKEN_SHARE * given_up:
         return False
     # The steps were kept waiting for a CPU: their wait per step grew with their time. A step
     # that sleeps longer (a wait that grows) gives its CPU up as well, and on a machine that
     # others keep full they take it, but its threads wait no more for a CPU.
-    rise = after.wall / steps_after - before.wall / steps_before
-    waiting_rise = after.waited / steps_after - before.waited / steps_before
+    rise = change.wall[1] - change.wall[0]
+    waiting_rise = change.waited[1] - change.waited[0]
     return rise > 0 and waiting_rise >= BUSY_MIN_WAIT_SHARE * rise
 
 

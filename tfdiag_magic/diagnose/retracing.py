@@ -64,10 +64,10 @@ took a quarter of the run, or one argument took five or more values (Python valu
 made anew. A text generator whose step is called first with `states=None`, then with the
 state, for one prompt and then for a batch of five, and again after its SavedModel is
 reloaded, traces 8 times in 2,000 calls for 1 s of a 92 s run: four signatures, each needed.
-The same step for three batch sizes, 6,000 calls, traced for 8% of a 3.4 s run quiet, and was
-called retracing once beside other programs' work (a load of 6-7 on 2 vCPUs), against a bar
-of a tenth then: tracing, Python's work on one thread, and the steps share a busy machine
-unevenly.
+The same step for three batch sizes, 6,000 calls, traced for 8% of a 3.4 s run in a warm
+process, but for 10-17% of the run as a script of its own (four runs at a load of 3-5 on
+2 vCPUs: the first tracing builds the layer), and was called retracing against a bar of a
+tenth then.
 """
 
 MIN_TRACES = 5

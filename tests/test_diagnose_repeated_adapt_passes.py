@@ -10,6 +10,9 @@ thresholds are tested on records.
 
 from __future__ import annotations
 
+import dataclasses
+import traceback
+
 import pytest
 
 from tests.diagnosis_support import assert_silent, the
@@ -218,6 +221,29 @@ def test_a_feature_spaces_adapt_is_read_as_a_pass_per_feature(ip):
     assert_silent(fixed, CODE)
 
 
+FAILING_ADAPT = """
+import tensorflow as tf, keras
+def checked(x):
+    tf.debugging.assert_less(x, tf.constant(50, tf.int64), message="a value out of range")
+    return tf.strings.as_string(x)
+words = tf.data.Dataset.range(100).map(checked).batch(8)
+lookup = keras.layers.StringLookup()
+lookup.adapt(words)
+"""
+
+
+def test_an_adapt_that_raises_is_recorded_unfinished_and_raises_as_without_the_tool(ip):
+    plain = ip.run_cell(FAILING_ADAPT)
+    result, r = profiled(ip, FAILING_ADAPT)
+    expected, got = plain.error_in_exec, result.error_in_exec
+    assert type(got) is type(expected) and "a value out of range" in str(expected)
+    assert str(got).splitlines()[0] == str(expected).splitlines()[0]
+    lines = [(f.lineno, f.name) for f in traceback.extract_tb(got.__traceback__)]
+    assert (9, "<module>") in lines  # the cell's own `lookup.adapt(words)` line
+    (call,) = r.record.adapt_calls
+    assert call.finished is False and call.data == "dataset"
+
+
 def _calls(
     walls: list[float], shared: list[int], data: str, cached: bool, cpu_share: float = 1.0
 ) -> Record:
@@ -246,11 +272,15 @@ def _calls(
         ([0.1] * 12, [0] * 12, "dataset", False),  # 1.1 s past the first, 12% of the run
         ([0.5] * 4, [0] * 4, "cached", False),  # the later passes read a cache
         ([0.5] * 4, [0] * 4, "busy", False),  # 1.5 s of wall, 0.5 s of CPU: a busy machine
+        ([0.5] * 4, [0] * 4, "raised", False),  # two of the four raised: two passes known
     ],
-    ids=["found", "two", "separate", "short", "arrays", "small-share", "cached", "busy"],
+    ids=["found", "two", "separate", "short", "arrays", "small-share", "cached", "busy", "raised"],
 )
 def test_only_enough_passes_over_one_pipeline_count(walls, shared, data, found):
     cpu_share = 1 / 3 if data == "busy" else 1.0
-    kind = "dataset" if data in ("cached", "busy") else data
+    kind = "dataset" if data in ("cached", "busy", "raised") else data
     record = _calls(walls, shared, kind, data == "cached", cpu_share)
+    if data == "raised":
+        calls = record.adapt_calls
+        calls[1:3] = [dataclasses.replace(call, finished=False) for call in calls[1:3]]
     assert (repeated_adapt_passes.check(record, None) is not None) is found

@@ -477,6 +477,7 @@ class AdaptCall:
     caller: int = -1  # the outermost such line (where a helper of the code's own was called)
     loop: int = -1  # the innermost loop of the code it was made in (-1: none)
     by_feature_space: bool = False  # made by `FeatureSpace.adapt`, one per feature's layer
+    finished: bool = True  # False where it raised (or was interrupted): no whole pass known
 
 
 @dataclass

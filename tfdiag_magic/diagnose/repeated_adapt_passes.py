@@ -53,7 +53,8 @@ under each call's own `map`), whose passes after the first (the calls' time less
 on average) took at least 1 s, of wall time and of the process's CPU time alike (a busy
 machine stretches the first: a program of 6 calls read 0.65 s quiet and 1.8 s beside a test
 suite's workers and a CPU hog), and whose time in all is at least 15% of the run's. Pipelines
-that read a cache are left out: their passes after the first run nothing below it again.
+that read a cache are left out: their passes after the first run nothing below it again; so
+are calls that raised, which read an unknown part of their data.
 """
 
 MIN_CALLS = 3
@@ -69,7 +70,8 @@ def check(record: Record, source: str | None) -> Finding | None:
     for call in record.adapt_calls:
         # A pipeline that reads a cache: a pass after the one that filled it runs nothing
         # below the cache again. FeatureSpace's calls count as any others.
-        if call.data == "dataset" and not reads_a_cache(call.stages):
+        # A call that raised read an unknown part of its data: not a pass.
+        if call.data == "dataset" and call.finished and not reads_a_cache(call.stages):
             groups.setdefault(call.shared, []).append(call)
     judged = [(calls, _repeated_seconds(calls)) for calls in groups.values()]
     wall = record.wall_time

@@ -84,12 +84,15 @@ class AdaptProbe:
             data = args[0] if args else kwargs.get("data", kwargs.get("dataset"))
             probe._depth += 1
             began, cpu = perf_counter(), process_time()
+            finished = False
             try:
-                return original(self, *args, **kwargs)
+                result = original(self, *args, **kwargs)
+                finished = True
+                return result
             finally:
                 wall, cpu = perf_counter() - began, process_time() - cpu
                 probe._depth -= 1
-                probe._note(rec, self, data, began, (wall, cpu))
+                probe._note(rec, self, data, began, (wall, cpu), finished)
 
         return wraps_exactly(adapt, original)
 
@@ -110,7 +113,13 @@ class AdaptProbe:
         return wraps_exactly(adapt, original)
 
     def _note(
-        self, rec: Recorder, layer: Any, data: Any, began: float, took: tuple[float, float]
+        self,
+        rec: Recorder,
+        layer: Any,
+        data: Any,
+        began: float,
+        took: tuple[float, float],
+        finished: bool,
     ) -> None:
         """Record one outermost call. Never raises: what the call read is the tool's business."""
         if len(self._calls) >= MAX_CALLS:
@@ -139,6 +148,7 @@ class AdaptProbe:
                     caller=caller,
                     loop=rec.innermost_loop(),
                     by_feature_space=self._feature_space > 0,
+                    finished=finished,
                 )
             )
         except Exception:

@@ -244,6 +244,9 @@ class LoopInfo:
     releases_stalled: int = 0
     release_asleep: float = 0.0
     release_cpu: float = 0.0
+    # All the measured releases' seconds asleep and on a CPU, stalled or not.
+    releases_asleep_all: float = 0.0
+    releases_cpu_all: float = 0.0
     # Where it drew from a tf.data iterator: that pipeline's stages, as the last iterator's
     # runtime model read them whole (`probes.loop_stage_work`; as `KerasCall.input_stages`).
     input_stages: tuple[InputStageWork, ...] = ()

@@ -100,7 +100,8 @@ LOOP_ROW_LIMIT = 10_000
 # epoch's start in fit likewise: diagnose/epoch_start_stall.py's MIN_STALL_S).
 RELEASE_STALL_S = 0.05
 # A loop's totals where it never ran (see `OpenLoop.totals`).
-_NO_TOTALS = (0, 0.0, 0.0, 0, 0, 0.0, -1.0, 0.0, 0, 0, 0.0, 0.0)
+_NO_TOTALS = (0, 0.0, 0.0, 0, 0, 0.0, -1.0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+_NEW_TOTALS = (0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)  # a loop's, as it begins
 LINE_TEXT = 200  # characters of a line's text kept in `Record.lines`
 MAX_LINE_TEXTS = 1000  # lines whose text is kept (a cell or script has far fewer that run)
 LOSS_BATCH = 4096  # at most this many losses wait; all are read at every memory sample
@@ -157,7 +158,7 @@ class OpenLoop:
         # thread's CPU seconds over its runs that ended, the seconds from its items running out
         # to its end (its iterator's release); of the releases of a loop that ran steps: those
         # measured, those asleep `RELEASE_STALL_S` or more, those ones' seconds asleep and on a
-        # CPU]
+        # CPU, and all the measured ones' seconds asleep and on a CPU]
         self.totals = totals
         # The input wait no step had taken when the loop began: the next step's again if the
         # loop ends without one (a helper's loop between a batch and its step).
@@ -760,7 +761,7 @@ class Recorder:
         innermost of the loops open now; `end_loop` closes it."""
         totals = self.loop_totals.get(loop_id)
         if totals is None:
-            totals = self.loop_totals[loop_id] = [0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0.0]
+            totals = self.loop_totals[loop_id] = list(_NEW_TOTALS)
         state = OpenLoop(loop_id, totals, self.pending_wait)
         self.open_loops.append(state)
         return state
@@ -947,6 +948,8 @@ class Recorder:
         totals[8] += 1
         on_cpu = after[0] - before[0]
         asleep = wall - on_cpu - (after[1] - before[1])
+        totals[12] += max(asleep, 0.0)
+        totals[13] += on_cpu
         if asleep >= RELEASE_STALL_S:
             totals[9] += 1
             totals[10] += asleep
@@ -1141,11 +1144,12 @@ class Recorder:
         for loop in self.loops:
             totals = self.loop_totals.get(loop.id, _NO_TOTALS)
             iterations, seconds, wait, dropped, model_calls, model_seconds = totals[:6]
-            cpu, release, measured, stalled, asleep, on_cpu = totals[6:12]
+            cpu, release, measured, stalled, asleep, on_cpu, all_asleep, all_cpu = totals[6:14]
             loop.cpu_seconds = float(cpu) if cpu >= 0 else -1.0
             loop.release_seconds = float(release)
             loop.releases_measured, loop.releases_stalled = int(measured), int(stalled)
             loop.release_asleep, loop.release_cpu = float(asleep), float(on_cpu)
+            loop.releases_asleep_all, loop.releases_cpu_all = float(all_asleep), float(all_cpu)
             loop.model_calls = int(model_calls)
             loop.model_seconds = float(model_seconds)
             loop.iterations = int(iterations)

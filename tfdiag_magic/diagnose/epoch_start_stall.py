@@ -5,9 +5,11 @@ dataset, where the `for` statement lets its iterator go."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 from ..findings import Finding
 from ..record import EpochStart, KerasCall, LoopInfo, Record
+from ..recorder import RELEASE_STALL_S
 from ..units import and_list, seconds, share
 from .dataset_facts import iterates_across_devices, loop_iterates_across_devices, structure_of_loop
 from .evidence import call_label, loop_label, rounded
@@ -42,13 +44,13 @@ used, 20-30% of the programs' time; with autotuning off the same programs ran in
 instead of 101-137 s, and in 51-65 s instead of 79-102 s. Nothing runs meanwhile.
 
 ## Evidence we show
-The fit calls, the epoch and validation starts and the fits' ends measured (the first start
-of each kind in a fit is left out: it also starts everything once), how many of each stalled,
-the time asleep in all and in the median stalled start, its share of the run, and the CPU the
-thread used in those starts; the data kind. For the code's loops: the loops, their releases
-measured and stalled (a loop keeps its stalled releases' sum: each counts at their mean in the
-median). Where other programs kept the machine busy (the report's machine line), their CPUs,
-and that a shut-down sleeps more often then.
+The fit calls, the epoch and validation starts and the fits' ends measured (the first start of
+each kind in a fit is left out: it also starts everything once), how many of each stalled, the
+time asleep in all and in the median stalled start, its share of the run, the sleep from which
+a start counted as stalled, and the CPU the thread used in those starts; the data kind. For the
+code's loops: the loops, their releases measured and stalled (a loop keeps its stalled
+releases' sum: each counts at their mean in the median). Where other programs kept the machine
+busy (the report's machine line), their CPUs, and that a shut-down sleeps more often then.
 
 ## Fix
 Turn tf.data's autotuning off for the datasets given to `fit`, validation data included:
@@ -97,6 +99,13 @@ on the moment: TensorFlow's image-classification tutorial, two fits of three epo
 its 8 later starts (epochs and validations) asleep 0.32 s (median) once, 14% of the run,
 beside another test worker, and none in other runs; ten stalled starts ask for a fit long
 enough that the loss recurs.
+Or many short ones: twenty starts or ends or more asleep 10 ms or more each (a loop's ends, of
+which only sums are kept, all of them where their mean is), 1 s in all and a tenth of the run
+(`stalled_from_s` says which bar counted). A healthy start or end sleeps 1-2 ms. TensorFlow's
+custom-training walkthrough, its step compiled (201 epochs of a loop over a small dataset),
+slept at each of its 201 ends 1.5 ms on average quiet (0.3 s of a 6.3 s run), and 25 ms beside
+a CPU hog and another program (5.0-5.2 s, 43% of 11.7-12.1 s runs), where one iterator for
+every epoch took the loop from 12.1-12.4 s to 5.0-6.6 s.
 Asleep is the start's wall time less the thread's CPU time and its wait for a CPU, as Linux
 counts them per thread: a busy neighbour that keeps the thread from a CPU is not sleep. Where
 the kernel keeps no such counts the rule stays silent.
@@ -115,6 +124,13 @@ STALL_TIERS = (
     (0.2, 5, MIN_RUN_SHARE),
     (MIN_STALL_S, 10, MIN_RUN_SHARE),
 )
+# Many short stalls: a start or release asleep this long is ten times a healthy one's sleep
+# (an iterator kept for every epoch, or autotuning off: 1-2 ms a release), and twenty of them
+# or more, a tenth of the run, are a habit. TensorFlow's custom-training walkthrough (201
+# epochs of a loop over a small dataset, with its step compiled) slept about 27 ms at each
+# release, 5.5 s of a 12.5 s run, and ran 5.0-6.6 s with one iterator against 12.1-12.4 s.
+SHORT_STALL_S = 0.01
+SHORT_STALL_TIERS = ((SHORT_STALL_S, 20, 0.1),)
 # Keras makes a tf.data iterator for these kinds of data (arrays are made into a dataset).
 TF_DATA_KINDS = frozenset({"dataset", "numpy", "tensor", "pandas", "structure"})
 
@@ -143,30 +159,20 @@ def measured_starts(record: Record) -> list[tuple[KerasCall, EpochStart]]:
 def check(record: Record, source: str | None) -> Finding | None:
     del source  # the fix is the fit's arguments, whatever the cell looks like
     measured = measured_starts(record)
-    stalled = [(call, s) for call, s in measured if s.asleep >= MIN_STALL_S]
-    loops = [
-        loop for loop in record.loops if loop.releases_stalled and _over_a_dataset(record, loop)
-    ]
-    loop_stalls = sum(loop.releases_stalled for loop in loops)
-    asleep = sum(start.asleep for _, start in stalled) + sum(each.release_asleep for each in loops)
     wall = float(record.wall_time)
-    count = len(stalled) + loop_stalls
-    if asleep < MIN_SECONDS or asleep < MIN_RUN_SHARE * wall or not count:
+    found = _stalls(record, measured, MIN_STALL_S, wall) or _stalls(
+        record, measured, SHORT_STALL_S, wall
+    )
+    if found is None:
         return None
-    # A loop keeps its stalled releases' sum: each counts at their mean.
-    asleep_each = [start.asleep for _, start in stalled] + [
-        loop.release_asleep / loop.releases_stalled
-        for loop in loops
-        for _ in range(loop.releases_stalled)
-    ]
-    median = statistics.median(asleep_each)
-    if not _enough(median, count, asleep / wall if wall else 0.0):
-        return None
+    stalled, loop_stalls, asleep, median = found.starts, found.loops, found.asleep, found.median
+    loops = [loop for loop, _ in loop_stalls]
+    count = len(stalled) + sum(each.count for _, each in loop_stalls)
     calls: list[KerasCall] = []
     for call, _ in stalled:
         if not any(call is seen for seen in calls):
             calls.append(call)
-    on_cpu = sum(start.on_cpu for _, start in stalled) + sum(each.release_cpu for each in loops)
+    on_cpu = sum(start.on_cpu for _, start in stalled) + sum(each.on_cpu for _, each in loop_stalls)
     kinds = sorted({call.data for call in calls})
     in_validation = sum(1 for _, start in stalled if start.validation)
     at_fit_ends = sum(1 for _, start in stalled if start.fit_end)
@@ -179,6 +185,8 @@ def check(record: Record, source: str | None) -> Finding | None:
         "stalled_validation_starts": in_validation,
         "stalled_fit_ends": at_fit_ends,
         "asleep_s": rounded(asleep),
+        # A start or release asleep this long counted as stalled (many short ones: 0.01 s).
+        "stalled_from_s": found.bar,
         "median_stalled_asleep_s": rounded(median),
         "cpu_in_stalled_starts_s": rounded(on_cpu),
         "share_of_run": rounded(asleep / wall, 3) if wall else None,
@@ -186,7 +194,7 @@ def check(record: Record, source: str | None) -> Finding | None:
     if loops:
         evidence["loops"] = [loop_label(record, loop.id) for loop in loops]
         evidence["loop_releases_measured"] = sum(loop.releases_measured for loop in loops)
-        evidence["stalled_loop_releases"] = loop_stalls
+        evidence["stalled_loop_releases"] = sum(each.count for _, each in loop_stalls)
     where = and_list(
         [
             f"{n} {plural}" if n > 1 else f"one {singular}"
@@ -195,7 +203,7 @@ def check(record: Record, source: str | None) -> Finding | None:
                 (in_validation, "validation", "validations"),
                 (at_fit_ends, "fit's end", "ends of fits"),
                 (
-                    loop_stalls,
+                    sum(each.count for _, each in loop_stalls),
                     "end of the code's loop over a dataset",
                     "ends of the code's loops over a dataset",
                 ),
@@ -239,12 +247,12 @@ def check(record: Record, source: str | None) -> Finding | None:
             " tf.data iterator's shut-down waits for its threads (the autotuner's pause, an"
             " element still being made)."
         )
-    for loop in loops:
+    for loop, each in loop_stalls:
         detail += (" " if detail else "") + (
             f"The loop at line {loop.lineno} (`{_first_line(loop)}`) ran out of items"
-            f" {loop.releases_measured} times, and in {loop.releases_stalled} of them the"
+            f" {loop.releases_measured} times, and in {each.count} of them the"
             f" `for` statement's letting its iterator go kept the thread asleep"
-            f" {seconds(loop.release_asleep)} in all ({seconds(loop.release_cpu)} on a CPU):"
+            f" {seconds(each.asleep)} in all ({seconds(each.on_cpu)} on a CPU):"
             + (
                 " a distributed dataset's iterator shuts down its devices' prefetching each"
                 " time, and the next epoch's `for` starts them again."
@@ -268,11 +276,69 @@ def check(record: Record, source: str | None) -> Finding | None:
     )
 
 
-def _enough(median: float, count: int, run_share: float) -> bool:
+@dataclass(frozen=True)
+class Stalls:
+    """The starts and loop releases stalled at a bar, their sleep in all and the median one's."""
+
+    bar: float
+    starts: list[tuple[KerasCall, EpochStart]]
+    loops: list[tuple[LoopInfo, LoopStalls]]
+    asleep: float
+    median: float
+
+
+@dataclass(frozen=True)
+class LoopStalls:
+    """A loop's releases judged stalled at a bar, their seconds asleep and on a CPU."""
+
+    count: int
+    asleep: float
+    on_cpu: float
+
+
+def _stalls(
+    record: Record, measured: list[tuple[KerasCall, EpochStart]], bar: float, wall: float
+) -> Stalls | None:
+    """The starts and loop releases stalled at `bar` (`MIN_STALL_S`, or `SHORT_STALL_S` for
+    many short ones), their sleep in all and the median one's, where they pass `bar`'s tiers;
+    None where they do not."""
+    stalled = [(call, s) for call, s in measured if s.asleep >= bar]
+    loop_stalls = []
+    for loop in record.loops:
+        if bar >= RELEASE_STALL_S:  # the recorder's own count of long stalls
+            each = LoopStalls(loop.releases_stalled, loop.release_asleep, loop.release_cpu)
+        elif loop.releases_measured and loop.releases_asleep_all >= bar * loop.releases_measured:
+            # Short stalls: a loop keeps its releases' sums alone, so all of them count, where
+            # their mean passes the bar.
+            each = LoopStalls(
+                loop.releases_measured, loop.releases_asleep_all, loop.releases_cpu_all
+            )
+        else:
+            continue
+        if each.count and _over_a_dataset(record, loop):
+            loop_stalls.append((loop, each))
+    asleep = sum(start.asleep for _, start in stalled) + sum(e.asleep for _, e in loop_stalls)
+    count = len(stalled) + sum(e.count for _, e in loop_stalls)
+    if asleep < MIN_SECONDS or asleep < MIN_RUN_SHARE * wall or not count:
+        return None
+    # A loop keeps its stalled releases' sum: each counts at their mean.
+    asleep_each = [start.asleep for _, start in stalled] + [
+        e.asleep / e.count for _, e in loop_stalls for _ in range(e.count)
+    ]
+    median = statistics.median(asleep_each)
+    tiers = STALL_TIERS if bar >= MIN_STALL_S else SHORT_STALL_TIERS
+    if not _enough(median, count, asleep / wall if wall else 0.0, tiers):
+        return None
+    return Stalls(bar, stalled, loop_stalls, asleep, median)
+
+
+def _enough(
+    median: float, count: int, run_share: float, tiers: tuple[tuple[float, int, float], ...]
+) -> bool:
     """Whether `count` stalls of this median sleep, this share of the run, pass a tier."""
     return any(
         median >= tier_median and count >= tier_count and run_share >= tier_share
-        for tier_median, tier_count, tier_share in STALL_TIERS
+        for tier_median, tier_count, tier_share in tiers
     )
 
 

@@ -8,6 +8,7 @@ itself also on records built by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 
 import numpy as np
@@ -19,8 +20,17 @@ from tests.helpers import profiled, profiled_script
 from tfdiag_magic.cli import profile_script
 from tfdiag_magic.diagnose import host_memory_growth
 from tfdiag_magic.diagnose.eager_kernels import kernel_per_call_calls
+from tfdiag_magic.diagnose.evidence import call_label
 from tfdiag_magic.diagnose.where import growth_place, running_place
-from tfdiag_magic.record import STEP_COLUMNS, Kind, LoopInfo, ModelBuilt, Phase, Record
+from tfdiag_magic.record import (
+    STEP_COLUMNS,
+    KerasCall,
+    Kind,
+    LoopInfo,
+    ModelBuilt,
+    Phase,
+    Record,
+)
 from tfdiag_magic.recorder import Recorder
 
 MIB = 1 << 20
@@ -521,3 +531,21 @@ def test_a_fit_made_in_a_helper_of_the_cell_names_the_lines_that_called_it(ip):
         " called from line 10: history = compile_and_fit(dense, epochs=2)",
         "line 11: dense.fit(x, y, verbose=0)",
     ]
+
+
+def test_a_keras_calls_label_cuts_long_lines_with_an_ellipsis():
+    # The "overfit and underfit" tutorial's `compile_and_fit(dropout_model, "regularizers/
+    # dropout")` lines, cut mid-string without a mark before.
+    record = Record()
+    caller = (
+        'regularizer_histories["dropout"] = compile_and_fit(dropout_model, "regularizers/dropout")'
+    )
+    record.lines = {189: "history = model.fit(", 300: caller}
+    call = KerasCall("fit", 0.0, 1.0, 10, 0.5, -1, "sequential", 32.0, "dataset", line=189)
+    call = dataclasses.replace(call, caller_line=300)
+    label = call_label(record, call)
+    assert label.startswith("line 189: history = model.fit(, called from line 300: regularizer")
+    assert label.endswith("…") and len(label.split("line 300: ")[1]) == 80
+    assert call_label(record, dataclasses.replace(call, caller_line=-1)) == (
+        "line 189: history = model.fit("
+    )

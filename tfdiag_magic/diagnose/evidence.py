@@ -92,7 +92,12 @@ def _line_text(record: Record, line: int) -> str:
     """``line 17: model.fit(train, epochs=30)``: the line of the profiled code and its text,
     where the run kept it (at most 80 characters)."""
     text = record.lines.get(line, "")
-    return f"line {line}: {text[:80]}" if text else f"line {line}"
+    return f"line {line}: {clip(text)}" if text else f"line {line}"
+
+
+def clip(text: str, length: int = 80) -> str:
+    """`text` cut to `length` characters, an ellipsis its last where it was cut."""
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def rounded(value: float | None, digits: int = 4) -> float | None:

@@ -85,7 +85,8 @@ def _finding(state: TrainedState, metrics: tuple[LogitsMetric, ...]) -> Finding:
         detail=(
             f"The model `{state.name}` is trained with `{first.loss}(from_logits=True)` on the"
             f" outputs of its linear layer `{first.output_layer}`: logits, whose decision"
-            f" boundary is 0 (a probability of 0.5). {names} count an output above"
+            f" boundary is 0 (a probability of 0.5). {names}"
+            f" {'counts' if len(metrics) == 1 else 'count'} an output above"
             f" {first.threshold:g} as class 1, a probability of"
             f" {_probability(first.threshold):.2f}: every example the model gives a"
             f" probability between 0.5 and {_probability(first.threshold):.2f} is counted"

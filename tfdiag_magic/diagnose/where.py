@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..record import ModelBuilt, Record
-from .evidence import source_line_offset
+from .evidence import clip, source_line_offset
 
 OUTSIDE = -1  # samples taken while no line of the profiled code was on the stack
 
@@ -76,10 +76,6 @@ class Place:
 
 def line_label(line: int, text: str) -> str:
     return f"line {line}: {clip(text)}" if text else f"line {line}"
-
-
-def clip(text: str, length: int = 80) -> str:
-    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def percent(share: float) -> str:

@@ -295,7 +295,9 @@ def test_window_of_a_fit_run_is_faithful_and_summarised(ip):
     ops = r.report()["ops"]
     assert_sound_window(ops)
     # About 20: the count is read every 5 ms, and the step running at its start is not whole.
-    assert 18 <= ops["window"]["steps"] <= 26
+    # Steps of about 1 ms run on while the reading thread waits for a CPU: 27 in a quiet
+    # `make test` beside its other workers. Of the fit's 128 steps, 40 is still a window.
+    assert 18 <= ops["window"]["steps"] <= 40, ops["window"]
     assert any("MatMul" in t for t in r.ops["type"].head(5)), r.ops
     # Named as the model names its layers (not as the graph's scopes: see `layer_scope`).
     names = {layer.name for layer in ip.user_ns["model"].layers}

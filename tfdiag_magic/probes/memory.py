@@ -24,12 +24,15 @@ import ctypes
 import os
 import sys
 from collections.abc import Callable
+from time import perf_counter
 
 from ..record import Record
 from ..recorder import Recorder
 from .paced_read import PacedReader
 
 _STATM = "/proc/self/statm"
+# The heap series beside TensorFlow's own count is first read this long into a run.
+HEAP_FIRST_READ_S = 0.5
 
 
 def host_rss_reader() -> Callable[[], int]:
@@ -193,7 +196,10 @@ class MemoryProbe:
         self._paced = {
             "cpu_tensors": PacedReader(self._tensors.read, -1),
             "python_blocks": PacedReader(sys.getallocatedblocks, -1),
-            "heap": PacedReader(self._tensors.read_heap, -1),
+            # Read from half a second into the run: a growth is fitted past each span's first
+            # tenth, so a read at the start serves no fit, and in a long-lived process (a
+            # notebook's kernel, a test worker) the heap's walk takes tens of milliseconds.
+            "heap": PacedReader(self._tensors.read_heap, -1, perf_counter() + HEAP_FIRST_READ_S),
         }
         recorder.tensor_reader = self._paced["cpu_tensors"]
         recorder.blocks_reader = self._paced["python_blocks"]

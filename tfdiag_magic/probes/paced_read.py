@@ -35,10 +35,10 @@ class PacedReader(Generic[T]):
 
     __slots__ = ("last_cost", "missing", "next_at", "read", "reads", "seconds", "skipped")
 
-    def __init__(self, read: Callable[[], T], missing: T) -> None:
+    def __init__(self, read: Callable[[], T], missing: T, not_before: float = 0.0) -> None:
         self.read = read
         self.missing = missing  # what a skipped read gives
-        self.next_at = 0.0
+        self.next_at = not_before  # a `perf_counter` time: no read comes sooner
         self.last_cost = float("inf")  # none yet: the first read's own cost sets the pace
         self.reads = 0
         self.skipped = 0

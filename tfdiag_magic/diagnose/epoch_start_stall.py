@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from ..findings import Finding
 from ..record import EpochStart, KerasCall, LoopInfo, Record
-from ..recorder import RELEASE_STALL_S
 from ..units import and_list, seconds, share
 from .dataset_facts import iterates_across_devices, loop_iterates_across_devices, structure_of_loop
 from .evidence import call_label, loop_label, rounded
@@ -305,7 +304,7 @@ def _stalls(
     stalled = [(call, s) for call, s in measured if s.asleep >= bar]
     loop_stalls = []
     for loop in record.loops:
-        if bar >= RELEASE_STALL_S:  # the recorder's own count of long stalls
+        if bar >= MIN_STALL_S:  # the recorder's own count (its RELEASE_STALL_S, the same)
             each = LoopStalls(loop.releases_stalled, loop.release_asleep, loop.release_cpu)
         elif loop.releases_measured and loop.releases_asleep_all >= bar * loop.releases_measured:
             # Short stalls: a loop keeps its releases' sums alone, so all of them count, where

@@ -81,9 +81,9 @@ programs do not change. Work that rises by the same bars (2 times, in rank order
 rising) is a slowdown, and the finding says it was judged so (`judged_on`, `work_per_step_s`).
 Measured on a 2-vCPU AMD EPYC virtual machine, at a load of 6-7: a loop concatenating each
 step's outputs onto one tensor (700 iterations) read window medians of 2.4, 4.0, 6.5, 7.5, 3.4,
-3.5, 3.8, 4.4, 7.8 and 8.3 ms in one of eight runs, and was missed, while its CPU time per
-iteration rose from 1.2 to 6.6 ms in a run read at that load; quiet, it reads a steady rise of
-4-5× in wall time.
+3.5, 3.8, 4.4, 7.8 and 8.3 ms in a run that missed it (2 of 5 read at that load), while its CPU
+time per iteration rose from 1.2 to 6.6 ms in a run read at that load; quiet, it reads a steady
+rise of 4-5× in wall time.
 
 Why these: what accumulates per step (a growing tensor, a list stacked every step, a memory
 bank) slows every part of the run, while a busy machine makes steps slower in jumps. Measured

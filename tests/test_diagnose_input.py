@@ -1513,7 +1513,7 @@ def test_a_slow_heap_read_is_not_the_loops_cpu(ip):
     # The C heap's walk is paced: the `cpu_tensors` series where it is the heap, else `heap`.
     counted_by = r.record.facts.get("cpu_tensors_counted_by")
     heap = {"heap": "cpu_tensors", "tensorflow": "heap"}.get(counted_by or "")
-    if heap is not None:
+    if heap is not None and (r.record.memory[heap] >= 0).any():  # glibc's heap was read
         assert reads[heap]["skipped"] > 0, reads
 
 

@@ -920,8 +920,11 @@ GROWING_LOOP = (
 
 def test_a_rise_a_busy_machine_can_make_is_no_slowdown_without_a_cause():
     assert progressive_slowdown.check(rising_steps(2.4, HEALTHY_LOOP), HEALTHY_LOOP) is None
-    found = progressive_slowdown.check(rising_steps(4.0, HEALTHY_LOOP), HEALTHY_LOOP)
+    found = progressive_slowdown.check(rising_steps(4.0, HEALTHY_LOOP, first=0.005), HEALTHY_LOOP)
     assert found is not None and found.evidence["ratio"] >= 3
+    # The same rise in 0.5 s (its first tenth 25 ms) with no load samples to read the steps'
+    # own work in: a neighbour's burst can make it (tests/test_machine_load.py).
+    assert progressive_slowdown.check(rising_steps(4.0, HEALTHY_LOOP), HEALTHY_LOOP) is None
 
 
 @pytest.mark.parametrize(

@@ -150,6 +150,31 @@ def test_a_sleep_that_grows_on_a_machine_others_keep_full_is_a_slowdown():
     assert progressive_slowdown.check(record, RISING) is not None
 
 
+def test_a_short_rise_with_nothing_growing_needs_the_steps_own_work_to_rise():
+    # A rise of 4x in 0.4 s, its first tenth 15 ms: the samples read its ends only widened, and
+    # cannot tell a neighbour's burst from a wait that grows. The shape of a false alarm in
+    # `make test`: a healthy MirroredStrategy loop's iterations read 6.7x while their CPU time
+    # rose 1.4x and the other programs' CPUs from 0.87 to 1.8. Here the threads' waits are not
+    # read as a neighbour's, so the busy-machine guard alone passes it.
+    def short(cpu_per_step):
+        return _with_load(
+            rising_steps(4.0, first=0.0007),
+            cpu_per_step,
+            lambda row: _rise(row, 0.9, 1.8),
+            kept_waiting=False,
+        )
+
+    steps = short(lambda row: 0.0006).steps
+    assert steps["start"][19] + steps["duration"][19] - steps["start"][0] < 0.05
+    assert (
+        progressive_slowdown.check(short(lambda row: _rise(row, 0.0006, 0.00084)), RISING) is None
+    )
+    # The steps' own work rising 2x with it is a slowdown still, and so is the same rise over
+    # windows long enough to read (the growing sleep above).
+    grown = progressive_slowdown.check(short(lambda row: _rise(row, 0.0006, 0.0024)), RISING)
+    assert grown is not None and grown.evidence["ratio"] >= 3
+
+
 def test_a_rise_that_leaves_the_cpus_idle_is_a_slowdown():
     # The same CPU per step, nobody else running: the step waits longer for something that
     # is not a CPU (a device, a file), which grows.

@@ -76,9 +76,9 @@ less than 50 ms, the samples (at most 50 ms apart, the CPUs counted in 10 ms tic
 only widened, mixed with the steps around it, and cannot tell a neighbour's burst from a wait
 that grows: such a rise is reported only where the steps' own CPU time rose 2 times with it.
 Measured in `make test` on a 2-vCPU AMD EPYC virtual machine, beside two other test workers: a
-healthy MirroredStrategy custom loop's 132 iterations (5 of them at a time 13 ms) read 6.7×, 756
-µs to 5.04 ms, rising through its first half, while their CPU time rose 1.4× and the other
-programs' CPUs from 0.87 to 1.8.
+healthy MirroredStrategy custom loop's 132 iterations (its first tenth 13 iterations of about
+0.76 ms) read 6.7×, 756 µs to 5.04 ms, rising through its first half, while their CPU time
+rose 1.4× and the other programs' CPUs from 0.87 to 1.8.
 
 On a full machine, neighbours that come and go can slow some windows of a rise and not others,
 so that the windows' wall times no longer rank with their order. Where they do not, and the

@@ -152,7 +152,11 @@ def test_retracings_call_times_are_the_functions_own(tab):
     ev = f.evidence
     assert ev["function"] == "double" and ev["traces"] == 40 and ev["calls"] == 40, ev
     assert ev["median_untraced_call_s"] is None, ev
-    assert ev["median_traced_call_s"] >= 0.5 * ev["tracing_time_s"] / ev["traces"], ev
+    # Against the median tracing, not the mean: a garbage collection in one tracing (0.3 s
+    # over a test worker's heap) lengthens that one alone.
+    tracings = [t.duration for t in r.record.traces if t.function == "double"]
+    assert len(tracings) == 40 and sum(tracings) <= ev["tracing_time_s"] + 0.001, ev
+    assert ev["median_traced_call_s"] >= 0.5 * float(np.median(tracings)), (ev, tracings)
     # The same function alone, over ten lengths four times: 30 of its 40 calls reuse a trace.
     result, r = profiled(
         tab,

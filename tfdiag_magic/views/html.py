@@ -273,7 +273,7 @@ def details_html(report: dict[str, Any], record: Record, full_page: bool) -> str
             f"<li>line {loop['lineno']}: <code>{e(loop['source'])}</code></li>"
             for loop in report["loops"]
         )
-        parts.append(f"<p><b>Loops of the cell</b></p><ul>{items}</ul>")
+        parts.append(f"<p><b>Loops of the code</b></p><ul>{items}</ul>")
     if report["warnings"]:
         items = "".join(
             f"<li>[{e(w['source'])}] {e(w['message'].strip()[:300])}"

@@ -220,7 +220,7 @@ def render_text(report: dict[str, Any]) -> str:
     ran = [loop for loop in report["loops"] if loop.get("iterations", 1)]
     if ran:  # a loop that never ran (the cell stopped before it) is no loop of this run
         out.append("")
-        out.append("Loops of the cell:")
+        out.append("Loops of the code:")
         out.extend(f"  line {loop['lineno']}: {loop['source']}{_loop_times(loop)}" for loop in ran)
     if report["warnings"]:
         out.append("")

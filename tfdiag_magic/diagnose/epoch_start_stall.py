@@ -78,6 +78,11 @@ at the next epoch: keep one distributed iterator over the repeated dataset,
 epoch's number of times in each. A review's 12 epochs of 40 batches slept at 10-11 of their
 ends with other programs' tests running (1.2-1.9 s of 3.1-3.8 s runs), and the script ran
 3.1-3.2 s with one iterator against 5.0-5.1 s; autotuning off left 1.1-2.4 s of such sleep.
+One iterator moves the wait more than it removes it: its own shut-down at the end sleeps as
+long as the autotuner's pause has grown by then. A review's run of TensorFlow's DCGAN tutorial
+(a loop of 15 epochs) rewritten to one iterator slept 25.5 s and 31 s there, in 2 of 5 runs
+beside other programs, and autotuning off removed every wait: where it applies (all but the
+distributed loop), it comes first.
 
 ## Threshold
 Not for a `fit` over a distributed dataset (`MirroredStrategy`): its iterator starts each
@@ -348,7 +353,7 @@ def _busy_machine(machine: dict) -> str:
         f" {machine['usable_cpus']} CPUs this process may use busy during the run, and a"
         " shut-down sleeps more often on a busy machine (measured: a loop of 60 epochs slept"
         " at 3-4 of its 60 ends quiet, at 21-32 beside a CPU hog on one core): on a quiet"
-        " machine this share would be smaller. The fix removes the wait on both."
+        " machine this share would be smaller, but the waits are the pipeline's on both."
     )
 
 
@@ -376,10 +381,20 @@ _AUTOTUNE_OFF = (
 # repeated dataset, or autotuning off, each release took 1-2 ms. The test's loop (40 epochs of
 # 128 batches) ran 6.95-7.64 s as written, 6.28-6.39 s with one iterator and 6.15-6.47 s with
 # autotuning off (four runs each, alternating, quiet).
+# Measured by a review: TensorFlow's DCGAN tutorial (a loop of the code's own, 15 epochs over an
+# autotuned pipeline) rewritten to one iterator for every epoch slept 25.5 s and 31 s in that
+# iterator's one release at the end, in 2 of 5 runs beside other programs (load 4-9): the
+# autotuner's pause had grown with the iterator's life. Autotuning off removed every wait.
+_ONE_ITERATOR_CAVEAT = (
+    " No epoch then waits, but that iterator's own shut-down at the end still can, as long as"
+    " the autotuner's pause has grown by then (up to a minute in a long run): autotuning off"
+    " is the fix that removes both."
+)
 _LOOP_FIX = (
-    "For a loop of the code's own over a dataset, keep one iterator for every epoch:"
-    " `iterator = iter(dataset.repeat())` before the epochs, and `for _ in range(steps):"
-    " batch = next(iterator)` in each; or turn autotuning off on that dataset: " + _AUTOTUNE_OFF
+    "For a loop of the code's own over a dataset, turn autotuning off on that dataset: "
+    + _AUTOTUNE_OFF
+    + " Or keep one iterator for every epoch: `iterator = iter(dataset.repeat())` before the"
+    " epochs, and `for _ in range(steps): batch = next(iterator)` in each." + _ONE_ITERATOR_CAVEAT
 )
 
 # Measured: TensorFlow's "Custom training with tf.distribute.Strategy" loop (`for x in
@@ -406,6 +421,7 @@ def _fit_fix(calls: list[KerasCall], kinds: list[str], in_training: int, in_vali
             fix += (
                 " Or, for the training data, keep one iterator for the whole fit:"
                 " `model.fit(dataset.repeat(), steps_per_epoch=N, ...)`, N the batches an epoch."
+                + _ONE_ITERATOR_CAVEAT
             )
     else:
         # Keras builds the pipeline over arrays itself: the code cannot set its options.

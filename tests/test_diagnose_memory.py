@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.diagnosis_support import assert_silent, listing, problems, the
+from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, the
 from tests.helpers import profiled, profiled_script
 from tfdiag_magic.diagnose import host_memory_growth
 from tfdiag_magic.diagnose.growth import Growth, is_steady_rise, steady_growth, steps_done
@@ -101,6 +101,41 @@ def every_sample_read(monkeypatch):
     two reads in these short runs. These tests are about what the series shows; the pacing has
     its own (`tests/test_paced_read.py`, the fragmented heap in `test_diagnose_input.py`)."""
     monkeypatch.setattr(paced_read, "READ_SHARE", 1.0)
+
+
+# TensorFlow's DCGAN tutorial's shape: a figure drawn and saved at each epoch's end, never
+# closed (its `generate_and_save_images`): pyplot keeps every one, canvas and image.
+FIGURE_EACH_EPOCH = (
+    "import io\n"
+    "import matplotlib.pyplot as plt\n"
+    "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(128)\n"
+    "for epoch in range(30):\n"
+    "    for xb, yb in ds:\n"
+    "        train_step(xb, yb)\n"
+    "    fig = plt.figure(figsize=(8, 8))\n"
+    "    plt.imshow(rng.random((400, 400)))\n"
+    "    fig.savefig(io.BytesIO(), format='raw')\n"
+)
+
+
+def test_host_memory_growth_from_figures_never_closed_names_them(ip):
+    ip.run_cell(TABULAR)
+    try:
+        result, r = profiled(ip, FIGURE_EACH_EPOCH)
+        assert result.success, result.error_in_exec
+        # The tool counts the figures and closes none of them.
+        assert ip.run_cell("len(plt.get_fignums())").result == 30
+        f = the(r, "host-memory-growth")
+        assert f.evidence["figures_left_open"] == 30, f.evidence
+        assert "30 matplotlib figures" in f.detail and "plt.close(fig)" in f.fix, f
+        # The same growth without the figures counted reads as tensors kept on each step.
+        facts = r.record.facts
+        facts["figures_open"] = facts["figures_open_at_start"]
+        unnamed = host_memory_growth.check(r.record, r.record.source)
+        assert unnamed is not None and "figures_left_open" not in unnamed.evidence
+        assert "plt.close" not in unnamed.fix and "matplotlib" not in unnamed.detail
+    finally:
+        ip.run_cell("import matplotlib.pyplot as plt\nplt.close('all')")
 
 
 @pytest.mark.usefixtures("every_sample_read")

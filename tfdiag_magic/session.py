@@ -123,6 +123,7 @@ class Session:
             gpus = [d.name for d in device_settings().list_physical_devices("GPU")]
             self._facts = _environment_facts(tf, gpus)
             self._facts["namespace_modules"] = _namespace_modules(self.namespace)
+            self._facts["figures_open_at_start"] = _open_figures()
             if early:
                 self._facts["environment_set_before_tensorflow"] = early
             probes: list[Probe] = [
@@ -282,6 +283,8 @@ class Session:
         # where the start read the default (`mixed-precision-available` reads both).
         record.facts["mixed_precision_policy_at_start"] = record.facts.get("mixed_precision_policy")
         record.facts["mixed_precision_policy"] = self._stage("record (policy)", _keras_policy)
+        # Figures pyplot still holds: each keeps its canvas until closed (host-memory-growth).
+        record.facts["figures_open"] = self._stage("record (figures)", _open_figures)
         # Each probe writes its own part (the function table, GC pauses, NVML samples, facts);
         # one that fails is a line of the problems, and the others' parts are still kept.
         for probe in self._finishers:
@@ -372,6 +375,13 @@ def _keras_policy() -> str | None:
     """Keras' global policy now, where Keras is imported (None otherwise)."""
     keras = sys.modules.get("keras")
     return _policy_name(keras) if keras is not None else None
+
+
+def _open_figures() -> int:
+    """How many figures pyplot holds open: none where the code has not imported it (read
+    only, nothing imported)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    return len(pyplot.get_fignums()) if pyplot is not None else 0
 
 
 def _policy_name(keras: Any) -> str | None:

@@ -85,7 +85,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         severity="warning",
         title=(
             f"{loop.model_calls:,} eager model calls in a loop took {seconds(spent)},"
-            f" {share(spent, record.wall_time)} of the cell"
+            f" {share(spent, record.wall_time)} of the run"
         ),
         detail=(
             f"The loop at {evidence['loop']} called a Keras model {loop.model_calls:,} times"

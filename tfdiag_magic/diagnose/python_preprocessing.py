@@ -108,7 +108,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         severity="warning",
         title=(
             f"A Python loop over data took {seconds(total)}, {share(total, record.wall_time)}"
-            f" of the cell ({loop.iterations:,} iterations)"
+            f" of the run ({loop.iterations:,} iterations)"
         ),
         detail=(
             f"The loop at {evidence['loop']} ran {loop.iterations:,} iterations at"

@@ -52,27 +52,21 @@ def shell():
 def ip(shell):
     """The shell with a clean user namespace for one test.
 
-    Reset before the test only: the next test's reset clears this one's names anyway (tests
-    that take `shell` itself reset it when they need it clean).
+    Reset before the test only: a reset runs a full garbage collection (IPython's), which takes
+    a second with TensorFlow's objects in the heap, and the next test's reset clears this one's
+    names anyway (tests that take `shell` itself reset it when they need it clean).
 
-    Reset without IPython's full garbage collection (its output cache's flush runs one): over
-    the 350,000-560,000 objects a worker holds, most of them TensorFlow's and Keras' from
-    import, it took 0.29 s of CPU a reset (median of 111 resets in three test modules: 34 s of
-    their 133 s). What the last test left in cycles is collected when the collector's own
-    thresholds say, as in a kernel where cells follow one another. The heap stays in the
-    collector's view: frozen out of it (`gc.freeze` after the imports), the collector ran its
-    full collections far more often (it waits for the objects it tracks to grow by a quarter),
-    and freed the models a fold loop drops before the memory they held could be seen to grow.
+    The heap stays in the collector's view, as in a kernel. Frozen out of it (`gc.freeze`
+    after the imports), that collection was cheap, but the collector then ran its full
+    collections far more often (it waits for the objects it tracks to grow by a quarter), and
+    freed the models a fold loop drops before the memory they held could be seen to grow: a
+    test of that finding failed beside a CPU hog. Reset without that collection (0.29 s of CPU a
+    reset, median of 111), the suite's CPU fell by a sixth, but the collector's own full
+    collections then came inside the tests, at times set by what earlier tests left: three
+    failed in one run (a model search's memory freed before it could be seen to grow, twice;
+    a tracing lengthened past retracing's bar).
     """
-    hook = shell.displayhook
-    full_cache = hook.do_full_cache
-    hook.do_full_cache = False  # the flush that would collect: the reset clears its names
-    try:
-        shell.reset(new_session=False)
-    finally:
-        hook.do_full_cache = full_cache
-    for name in ("_", "__", "___"):  # the output cache's own references, as its flush drops them
-        setattr(hook, name, "")
+    shell.reset(new_session=False)
     return shell
 
 

@@ -377,11 +377,16 @@ def _keras_policy() -> str | None:
     return _policy_name(keras) if keras is not None else None
 
 
-def _open_figures() -> int:
+def _open_figures() -> int | None:
     """How many figures pyplot holds open: none where the code has not imported it (read
-    only, nothing imported)."""
+    only, nothing imported); None where it cannot be read."""
     pyplot = sys.modules.get("matplotlib.pyplot")
-    return len(pyplot.get_fignums()) if pyplot is not None else 0
+    if pyplot is None:
+        return 0
+    try:
+        return len(pyplot.get_fignums())
+    except Exception:  # a pyplot of another shape: no count, and the run goes on
+        return None
 
 
 def _policy_name(keras: Any) -> str | None:

@@ -20,7 +20,12 @@ from tests.diagnosis_support import TABULAR, assert_silent, listing, problems, r
 from tests.helpers import profiled
 from tests.test_diagnose_healthy import MIRRORED_CUSTOM_LOOP
 from tfdiag_magic.diagnose import progressive_slowdown
-from tfdiag_magic.diagnose.machine_load import load_change, load_over, made_by_a_busy_machine
+from tfdiag_magic.diagnose.machine_load import (
+    LoadChange,
+    load_change,
+    load_over,
+    made_by_a_busy_machine,
+)
 from tfdiag_magic.record import Kind, Phase, Record
 from tfdiag_magic.recorder import Recorder
 
@@ -173,6 +178,28 @@ def test_a_short_rise_with_nothing_growing_needs_the_steps_own_work_to_rise():
     # windows long enough to read (the growing sleep above).
     grown = progressive_slowdown.check(short(lambda row: _rise(row, 0.0006, 0.0024)), RISING)
     assert grown is not None and grown.evidence["ratio"] >= 3
+
+
+def test_a_steps_wait_for_a_cpu_grown_manyfold_is_a_busy_machines():
+    # The alone tier beside one more CPU hog: a healthy MirroredStrategy loop beside its own
+    # hogs read 4.4x while its CPU per step rose 1.07x and the others' CPUs from 0.99 to 1.53.
+    # Its threads' wait for a CPU rose from 1.35 to 5.50 ms a step: 4.1x, but less than half
+    # of the steps' rise as the spans read it (the thread that waits for the held-back device
+    # threads sleeps). Per step, early then late (seconds):
+    def change(waited: tuple[float, float]) -> LoadChange:
+        return LoadChange(
+            work=(0.002546, 0.002739),
+            wall=(0.004, 0.014),
+            waited=waited,
+            own_cpus=(0.64, 0.2),
+            others_cpus=(0.99, 1.53),
+        )
+
+    assert made_by_a_busy_machine(change((0.00135, 0.0055)))
+    # A wait that grew less than threefold, and by less than half the rise: not read as theirs.
+    assert not made_by_a_busy_machine(change((0.00135, 0.0035)))
+    # No wait before and none after (a sleep that grows on a full machine): a slowdown.
+    assert not made_by_a_busy_machine(change((0.0, 0.0)))
 
 
 def test_a_rise_that_leaves_the_cpus_idle_is_a_slowdown():

@@ -65,20 +65,21 @@ Nor is a rise the machine made: where the run read what the CPUs did (Linux), a 
 steps took no more CPU time each in the last tenth than in the first (less than 1.5 times),
 while the process kept fewer CPUs busy, other programs took at least half of what it gave up
 (and a quarter of a CPU at least), and its threads' wait for a CPU per step grew by half the
-steps' rise, is other programs' arrival, however large. (A sleep that grows also gives the
-CPU up, and on a full machine others take it, but its threads wait no more for a CPU.) A step that
-uses several threads (TensorFlow's) can slow far more than 2× when neighbours arrive: a
-healthy MirroredStrategy loop read up to 5.2× with two or three CPU hogs started at its second
-epoch, its CPU per step 0.80-1.22×; the cells whose work grows read 5.6-9.5× CPU per step,
-quiet or beside three hogs. A wait for a device or a file that grows leaves the CPUs idle, and
-is still reported. But where the first tenth of a rise with nothing growing alongside lasted
-less than 50 ms, the samples (at most 50 ms apart, the CPUs counted in 10 ms ticks) read it
-only widened, mixed with the steps around it, and cannot tell a neighbour's burst from a wait
-that grows: such a rise is reported only where the steps' own CPU time rose 2 times with it.
-Measured in `make test` on a 2-vCPU AMD EPYC virtual machine, beside two other test workers: a
-healthy MirroredStrategy custom loop's 132 iterations (its first tenth 13 iterations of about
-0.76 ms) read 6.7×, 756 µs to 5.04 ms, rising through its first half, while their CPU time
-rose 1.4× and the other programs' CPUs from 0.87 to 1.8.
+steps' rise or three times over (a step on several threads waits in the threads held back,
+while the thread waiting for them sleeps), is other programs' arrival, however large. (A sleep
+that grows also gives the CPU up, and on a full machine others take it, but its threads wait no
+more for a CPU.) A step that uses several threads (TensorFlow's) can slow far more than 2× when
+neighbours arrive: a healthy MirroredStrategy loop read up to 5.2× with two or three CPU hogs
+started at its second epoch, its CPU per step 0.80-1.22×; the cells whose work grows read
+5.6-9.5× CPU per step, quiet or beside three hogs. A wait for a device or a file that grows
+leaves the CPUs idle, and is still reported. But where the first tenth of a rise with nothing
+growing alongside lasted less than 50 ms, the samples (at most 50 ms apart, the CPUs counted in
+10 ms ticks) read it only widened, mixed with the steps around it, and cannot tell a
+neighbour's burst from a wait that grows: such a rise is reported only where the steps' own CPU
+time rose 2 times with it. Measured in `make test` on a 2-vCPU AMD EPYC virtual machine, beside
+two other test workers: a healthy MirroredStrategy custom loop's 132 iterations (its first
+tenth 13 iterations of about 0.76 ms) read 6.7×, 756 µs to 5.04 ms, rising through its first
+half, while their CPU time rose 1.4× and the other programs' CPUs from 0.87 to 1.8.
 
 On a full machine, neighbours that come and go can slow some windows of a rise and not others,
 so that the windows' wall times no longer rank with their order. Where they do not, and the

@@ -22,6 +22,7 @@ from tests.test_diagnose_healthy import MIRRORED_CUSTOM_LOOP
 from tfdiag_magic.diagnose import progressive_slowdown
 from tfdiag_magic.diagnose.machine_load import (
     LoadChange,
+    kept_waiting_for_cpus,
     load_change,
     load_over,
     made_by_a_busy_machine,
@@ -202,6 +203,40 @@ def test_a_steps_wait_for_a_cpu_grown_manyfold_is_a_busy_machines():
     assert not made_by_a_busy_machine(change((0.0, 0.0)))
 
 
+def test_steps_kept_waiting_for_cpus_need_their_own_work_to_rise_threefold():
+    # The shape of the alone tier's false alarms beside more CPU hogs: a healthy
+    # MirroredStrategy loop read 3.2x with nothing growing, its threads waiting for a CPU 57%
+    # of a late step's time, the others' CPUs from 1.38 to 1.8, and its CPU per step 2.1x its
+    # first tenth's (TensorFlow's threads spin while the ones they wait for are held back).
+    def contended(late_cpu: float) -> Record:
+        return _with_load(
+            rising_steps(4.0, first=0.005),
+            lambda row: _rise(row, 0.004, late_cpu),
+            lambda row: _rise(row, 1.38, 1.8),
+        )
+
+    record = contended(0.0084)
+    change = load_change(record, *_first_and_last_tenth(record), np.arange(200))
+    assert kept_waiting_for_cpus(change) and not made_by_a_busy_machine(change)
+    assert progressive_slowdown.check(record, RISING) is None
+    # Work that rose threefold with the steps is a slowdown whoever else ran.
+    found = progressive_slowdown.check(contended(0.014), RISING)
+    assert found is not None and found.evidence["ratio"] >= 3
+    # Steps that wait for no CPU (a sleep that grows) are judged as before.
+    asleep = _with_load(
+        rising_steps(4.0, first=0.005),
+        lambda row: _rise(row, 0.004, 0.0084),
+        lambda row: _rise(row, 1.38, 1.8),
+        kept_waiting=False,
+    )
+    assert progressive_slowdown.check(asleep, RISING) is not None
+
+
+def _first_and_last_tenth(record: Record) -> tuple[tuple[float, float], tuple[float, float]]:
+    starts = record.steps["start"]
+    return (float(starts[1]), float(starts[20])), (float(starts[180]), float(starts[199]))
+
+
 def test_a_rise_that_leaves_the_cpus_idle_is_a_slowdown():
     # The same CPU per step, nobody else running: the step waits longer for something that
     # is not a CPU (a device, a file), which grows.
@@ -230,7 +265,7 @@ def test_a_reduced_tables_rows_count_the_steps_they_stand_for():
     early = (float(starts[1]), float(starts[20]))
     late = (float(starts[180]), float(starts[199]))
     assert made_by_a_busy_machine(load_change(record, early, late, rows))
-    kept = np.r_[0:100, 100:200:4]
+    kept = np.r_[0:100, 100:196:4, 196:200]  # the newest rows whole, as the recorder keeps them
     for name in record.steps:
         record.steps[name] = record.steps[name][kept]
     record.step_index = kept.astype(np.int64)

@@ -20,6 +20,8 @@ from ..record import Record
 from .evidence import rounded
 
 MIN_SPAN_S = 0.05  # five ticks of /proc/stat a CPU at least
+# A window too short to read is read widened up to this many times twice `MIN_SPAN_S` (0.8 s).
+MAX_WIDENING = 8
 # A rise in step time is a busy machine's when the steps' CPU time rose by less than this
 # factor, and other programs took at least `BUSY_MIN_TAKEN_CPUS` and `BUSY_MIN_TAKEN_SHARE`
 # of the CPUs the process gave up. Measured on a 2-vCPU AMD EPYC VM: a healthy
@@ -42,6 +44,10 @@ BUSY_MIN_WAIT_SHARE = 0.5
 # from 0.99 to 1.53, and its threads' wait for a CPU from 1.35 to 5.50 ms a step: 4.1x, but
 # less than half of the steps' rise as the samples' spans read it.
 BUSY_WAIT_GROWTH = 3.0
+# Steps whose threads waited for a CPU this share of their time at least were kept waiting by
+# neighbours: a healthy MirroredStrategy loop beside five CPU hogs on 2 vCPUs waited 0.57-0.86
+# of its late steps' time (threads summed), its CPU per step 1.2-2.1x its first tenth's.
+CONTENDED_WAIT_SHARE = 0.5
 # The report says the machine was busy when other programs kept at least this many CPUs, and
 # this share of the CPUs the process may use, busy over the run: one neighbour's half core on
 # a small machine, not the background of a large host.
@@ -76,12 +82,13 @@ class Load:
         return self.own / self.wall
 
 
-def load_over(record: Record, start: float, end: float) -> Load | None:
+def load_over(record: Record, start: float, end: float, inside: bool = False) -> Load | None:
     """The load over the span from `start` to `end`: between the samples inside it where
     they span `MIN_SPAN_S` or more (time outside the span, such as the end of a run after its
-    last step, says nothing of it), else between the last sample at or before `start` and the
-    first at or after `end` (the first and last samples where the span reaches past them);
-    None where the run has no load samples or they span less than `MIN_SPAN_S`."""
+    last step, says nothing of it), else, unless `inside`, between the last sample at or
+    before `start` and the first at or after `end` (the first and last samples where the span
+    reaches past them); None where the run has no load samples or they span less than
+    `MIN_SPAN_S`."""
     memory = record.memory
     times, own, busy = memory.get("time"), memory.get("cpu_self"), memory.get("cpus_busy")
     if times is None or own is None or busy is None or own.size != times.size:
@@ -94,6 +101,8 @@ def load_over(record: Record, start: float, end: float) -> Load | None:
     before_end = int(np.searchsorted(at, end, side="right")) - 1
     if before_end > after_start and at[before_end] - at[after_start] >= MIN_SPAN_S:
         first, last = read[after_start], read[before_end]
+    elif inside:
+        return None
     else:
         first = read[max(int(np.searchsorted(at, start, side="right")) - 1, 0)]
         last = read[min(int(np.searchsorted(at, end, side="left")), read.size - 1)]
@@ -188,19 +197,39 @@ def made_by_a_busy_machine(change: LoadChange | None) -> bool:
     return waiting_rise >= BUSY_MIN_WAIT_SHARE * rise or manyfold
 
 
+def kept_waiting_for_cpus(change: LoadChange | None) -> bool:
+    """Whether the late span's steps were kept waiting for a CPU among busy neighbours: their
+    threads' wait for a CPU per step was at least `CONTENDED_WAIT_SHARE` of a step's time, and
+    other programs kept at least `BUSY_RUN_CPUS` busy. There a step's CPU time is no steady
+    measure of its work either: TensorFlow's threads spin while the ones they wait for are
+    held back. False without load samples or a wait read."""
+    if change is None or not change.waited[1] >= 0:
+        return False
+    return (
+        change.waited[1] >= CONTENDED_WAIT_SHARE * change.wall[1]
+        and change.others_cpus[1] >= BUSY_RUN_CPUS
+    )
+
+
 def _load_widened(record: Record, start: float, end: float) -> Load | None:
-    """`load_over` the span, or where its samples span too little to read (a short run's
-    window: 128 steps of 0.7 ms make windows of 9-40 ms, where samples come at most every 50
-    ms), over the span widened about its middle to twice `MIN_SPAN_S`, within the run: a
-    neighbour's arrival reads there still, diluted by the steps around the window."""
-    load = load_over(record, start, end)
-    if load is not None or end - start >= 2 * MIN_SPAN_S:
-        return load
+    """The load near the span: between the samples inside it, or inside it widened about its
+    middle (within the run) to twice `MIN_SPAN_S` and on, doubling, up to `MAX_WIDENING` times
+    that; None where no samples that near span `MIN_SPAN_S`. A short run's window (128 steps
+    of 0.7 ms make windows of 9-40 ms, where samples come at most every 50 ms) reads diluted
+    by the steps around it, where a neighbour's arrival still shows. Samples are taken at the
+    ends of steps: the samples around a window can be seconds apart, over an iterator's
+    shut-down between epochs (a healthy MirroredStrategy loop beside CPU hogs read its first
+    tenth of 58 ms between samples 4.5 s apart), and their reading is that pause's."""
     times = record.memory.get("time")
     last = float(times[-1]) if times is not None and times.size else end
-    middle, half = (start + end) / 2, MIN_SPAN_S
-    low = max(0.0, min(middle - half, max(last, end) - 2 * half))
-    return load_over(record, low, low + 2 * half)
+    middle, half = (start + end) / 2, max((end - start) / 2, MIN_SPAN_S)
+    for _ in range(MAX_WIDENING.bit_length()):
+        low = max(0.0, min(middle - half, max(last, end) - 2 * half))
+        load = load_over(record, low, low + 2 * half, inside=True)
+        if load is not None:
+            return load
+        half *= 2
+    return None
 
 
 def _steps_in(record: Record, load: Load, rows: np.ndarray) -> float:

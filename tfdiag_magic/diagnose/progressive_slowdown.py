@@ -9,7 +9,13 @@ from ..record import Kind, Phase, Record
 from ..units import seconds
 from .causes import growing_in_loops
 from .evidence import loop_label, rounded
-from .machine_load import MIN_SPAN_S, load_change, made_by_a_busy_machine, work_per_step
+from .machine_load import (
+    MIN_SPAN_S,
+    kept_waiting_for_cpus,
+    load_change,
+    made_by_a_busy_machine,
+    work_per_step,
+)
 from .retracing import same_function
 from .where import running_place
 
@@ -79,7 +85,16 @@ neighbour's burst from a wait that grows: such a rise is reported only where the
 time rose 2 times with it. Measured in `make test` on a 2-vCPU AMD EPYC virtual machine, beside
 two other test workers: a healthy MirroredStrategy custom loop's 132 iterations (its first
 tenth 13 iterations of about 0.76 ms) read 6.7×, 756 µs to 5.04 ms, rising through its first
-half, while their CPU time rose 1.4× and the other programs' CPUs from 0.87 to 1.8.
+half, while their CPU time rose 1.4× and the other programs' CPUs from 0.87 to 1.8. And where
+the last tenth's steps were kept waiting for a CPU among busy neighbours (their threads' wait
+for a CPU at least half of a step's time, other programs keeping half a CPU busy), a rise with
+nothing growing alongside is reported only where the steps' own CPU time rose 3 times with it:
+there the steps' CPU time also rises without more work, as TensorFlow's threads spin while the
+ones they wait for are held back. Measured beside five CPU hogs on 2 vCPUs, the same healthy
+loop read 3.2-9.7× in wall time, its CPU per step 1.2-2.1×, its late steps waiting 57-86% of
+their time. A window too short to read is read widened up to 0.8 s, between the samples inside
+it: samples are taken at the ends of steps, and the ones around a window can be seconds apart,
+over an iterator's shut-down between epochs.
 
 On a full machine, neighbours that come and go can slow some windows of a rise and not others,
 so that the windows' wall times no longer rank with their order. Where they do not, and the
@@ -358,17 +373,21 @@ def _work_medians(
 
 def _beyond_a_busy_machine(found: dict) -> bool:
     """Whether a rise with nothing seen growing alongside it is more than a busy machine can
-    make: `UNEXPLAINED_RATIO`, and `UNEXPLAINED_ONE_SIDED_RATIO` where one half is flat; and
-    where its first tenth lasted less than `MIN_SPAN_S`, too short for the load samples to
-    tell a neighbour's burst from a wait that grows, the steps' own CPU time rising with it
-    (`MIN_RATIO`)."""
+    make: `UNEXPLAINED_RATIO`, and `UNEXPLAINED_ONE_SIDED_RATIO` where one half is flat; where
+    its last tenth's steps were kept waiting for CPUs among busy neighbours
+    (`machine_load.kept_waiting_for_cpus`), the steps' own CPU time rising `UNEXPLAINED_RATIO`
+    as well (their wall time's rise can be the neighbours'); and where its first tenth lasted
+    less than `MIN_SPAN_S`, too short for the load samples to tell a neighbour's burst from a
+    wait that grows, the steps' own CPU time rising with it (`MIN_RATIO`)."""
     needed = UNEXPLAINED_ONE_SIDED_RATIO if found["one_sided"] else UNEXPLAINED_RATIO
     if found["ratio"] < needed:
         return False
+    load = found["load"]
+    if kept_waiting_for_cpus(load):
+        return load.work[1] >= UNEXPLAINED_RATIO * load.work[0]
     start, end = found["spans"][0]
     if end - start >= MIN_SPAN_S:
         return True
-    load = found["load"]
     return load is not None and load.work[1] >= MIN_RATIO * load.work[0]
 
 

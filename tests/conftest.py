@@ -70,6 +70,26 @@ def ip(shell):
     return shell
 
 
+@pytest.fixture(autouse=True)
+def _drop_the_last_exception():
+    """Let go of the last exception a shell showed (``sys.last_value``, and the traceback its
+    formatter keeps) when the test ends, as the test's own names go.
+
+    A traceback keeps its frames' locals, and among them can be a tf.data iterator (a `fit`
+    that raised over a dataset). Its destructor waits for the autotuner's thread, whose sleep
+    grows with the iterator's life: freed tests later, when another cell's exception replaced
+    it, one such iterator held a shell reset for 18-43 s (test_faithful_cells.py, in gdb:
+    ``RootDataset::Iterator::~Iterator`` waiting on ``Model::OptimizeLoop``)."""
+    yield
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if InteractiveShell.initialized():  # its traceback formatter keeps the last one too
+        InteractiveShell.instance().InteractiveTB.tb = None
+
+
 def _gradient_registry() -> dict | None:
     """TensorFlow's global table of gradient functions by op type (None where this TensorFlow
     keeps it elsewhere: the clean-up below is then skipped, and the suite is only slower)."""

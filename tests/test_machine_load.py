@@ -26,6 +26,7 @@ from tfdiag_magic.diagnose.machine_load import (
     load_change,
     load_over,
     made_by_a_busy_machine,
+    steps_load,
 )
 from tfdiag_magic.record import Kind, Phase, Record
 from tfdiag_magic.recorder import Recorder
@@ -216,8 +217,9 @@ def test_steps_kept_waiting_for_cpus_need_their_own_work_to_rise_threefold():
         )
 
     record = contended(0.0084)
-    change = load_change(record, *_first_and_last_tenth(record), np.arange(200))
-    assert kept_waiting_for_cpus(change) and not made_by_a_busy_machine(change)
+    early, late = _first_and_last_tenth(record)
+    assert kept_waiting_for_cpus(steps_load(record, late, np.arange(200)))
+    assert not made_by_a_busy_machine(load_change(record, early, late, np.arange(200)))
     assert progressive_slowdown.check(record, RISING) is None
     # Work that rose threefold with the steps is a slowdown whoever else ran.
     found = progressive_slowdown.check(contended(0.014), RISING)

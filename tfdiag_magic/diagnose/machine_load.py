@@ -136,21 +136,47 @@ class LoadChange:
         }
 
 
+@dataclass(frozen=True)
+class StepsLoad:
+    """What the machine did in one span of a run, per step of the steps that started there."""
+
+    work: float  # the process's CPU seconds per step
+    wall: float  # the span's seconds per step
+    waited: float  # its threads' seconds in run queues per step (NaN: not read)
+    own_cpus: float  # CPUs the process kept busy
+    others_cpus: float  # CPUs the other programs kept busy
+
+
+def steps_load(record: Record, span: tuple[float, float], rows: np.ndarray) -> StepsLoad | None:
+    """The load near `span` (`_load_widened`), per step of the step table's `rows` that
+    started in what was read; None without load samples or steps there."""
+    load = _load_widened(record, *span)
+    if load is None:
+        return None
+    steps = _steps_in(record, load, rows)
+    if not steps:
+        return None
+    return StepsLoad(
+        work=load.own / steps,
+        wall=load.wall / steps,
+        waited=load.waited / steps,
+        own_cpus=load.own_cpus,
+        others_cpus=load.others_cpus,
+    )
+
+
 def load_change(
     record: Record, early: tuple[float, float], late: tuple[float, float], rows: np.ndarray
 ) -> LoadChange | None:
-    """The load over the spans `early` and `late`, per step of the step table's `rows` that
-    started in each; None without load samples or steps there."""
-    before, after = _load_widened(record, *early), _load_widened(record, *late)
+    """The load over the spans `early` and `late` (`steps_load`); None where either cannot
+    be read."""
+    before, after = steps_load(record, early, rows), steps_load(record, late, rows)
     if before is None or after is None:
         return None
-    steps_before, steps_after = (_steps_in(record, load, rows) for load in (before, after))
-    if not steps_before or not steps_after:
-        return None
     return LoadChange(
-        work=(before.own / steps_before, after.own / steps_after),
-        wall=(before.wall / steps_before, after.wall / steps_after),
-        waited=(before.waited / steps_before, after.waited / steps_after),
+        work=(before.work, after.work),
+        wall=(before.wall, after.wall),
+        waited=(before.waited, after.waited),
         own_cpus=(before.own_cpus, after.own_cpus),
         others_cpus=(before.others_cpus, after.others_cpus),
     )
@@ -158,12 +184,9 @@ def load_change(
 
 def work_per_step(record: Record, span: tuple[float, float], rows: np.ndarray) -> float | None:
     """The process's CPU seconds per step of the step table's `rows` that started in `span`
-    (widened as `load_change` widens it); None without load samples or steps there."""
-    load = _load_widened(record, *span)
-    if load is None:
-        return None
-    steps = _steps_in(record, load, rows)
-    return load.own / steps if steps else None
+    (`steps_load`); None without load samples or steps there."""
+    load = steps_load(record, span, rows)
+    return load.work if load is not None else None
 
 
 def made_by_a_busy_machine(change: LoadChange | None) -> bool:
@@ -197,18 +220,15 @@ def made_by_a_busy_machine(change: LoadChange | None) -> bool:
     return waiting_rise >= BUSY_MIN_WAIT_SHARE * rise or manyfold
 
 
-def kept_waiting_for_cpus(change: LoadChange | None) -> bool:
-    """Whether the late span's steps were kept waiting for a CPU among busy neighbours: their
-    threads' wait for a CPU per step was at least `CONTENDED_WAIT_SHARE` of a step's time, and
-    other programs kept at least `BUSY_RUN_CPUS` busy. There a step's CPU time is no steady
-    measure of its work either: TensorFlow's threads spin while the ones they wait for are
-    held back. False without load samples or a wait read."""
-    if change is None or not change.waited[1] >= 0:
+def kept_waiting_for_cpus(late: StepsLoad | None) -> bool:
+    """Whether a span's steps (`steps_load`) were kept waiting for a CPU among busy
+    neighbours: their threads' wait for a CPU per step was at least `CONTENDED_WAIT_SHARE` of
+    a step's time, and other programs kept at least `BUSY_RUN_CPUS` busy. There a step's CPU
+    time is no steady measure of its work either: TensorFlow's threads spin while the ones they
+    wait for are held back. False without load samples or a wait read."""
+    if late is None or not late.waited >= 0:
         return False
-    return (
-        change.waited[1] >= CONTENDED_WAIT_SHARE * change.wall[1]
-        and change.others_cpus[1] >= BUSY_RUN_CPUS
-    )
+    return late.waited >= CONTENDED_WAIT_SHARE * late.wall and late.others_cpus >= BUSY_RUN_CPUS
 
 
 def _load_widened(record: Record, start: float, end: float) -> Load | None:

@@ -14,6 +14,7 @@ from .machine_load import (
     kept_waiting_for_cpus,
     load_change,
     made_by_a_busy_machine,
+    steps_load,
     work_per_step,
 )
 from .retracing import same_function
@@ -165,6 +166,7 @@ def check(record: Record, source: str | None) -> Finding | None:
         if found is None:
             continue
         found["load"] = load_change(record, found["spans"][0], found["spans"][-1], found["steady"])
+        found["late_load"] = steps_load(record, found["spans"][-1], found["steady"])
         if made_by_a_busy_machine(found["load"]):
             continue
         causes = _growing_alongside(record, found["start_time"])
@@ -383,8 +385,8 @@ def _beyond_a_busy_machine(found: dict) -> bool:
     if found["ratio"] < needed:
         return False
     load = found["load"]
-    if kept_waiting_for_cpus(load):
-        return load.work[1] >= UNEXPLAINED_RATIO * load.work[0]
+    if kept_waiting_for_cpus(found["late_load"]):  # the first tenth may be read or not
+        return load is not None and load.work[1] >= UNEXPLAINED_RATIO * load.work[0]
     start, end = found["spans"][0]
     if end - start >= MIN_SPAN_S:
         return True

@@ -46,10 +46,11 @@ instead of 101-137 s, and in 51-65 s instead of 79-102 s. Nothing runs meanwhile
 The fit calls, the epoch and validation starts and the fits' ends measured (the first start of
 each kind in a fit is left out: it also starts everything once), how many of each stalled, the
 time asleep in all and in the median stalled start, its share of the run, the sleep from which
-a start counted as stalled, and the CPU the thread used in those starts; the data kind. For the
-code's loops: the loops, their releases measured and stalled (a loop keeps its stalled
-releases' sum: each counts at their mean in the median). Where other programs kept the machine
-busy (the report's machine line), their CPUs, and that a shut-down sleeps more often then.
+a start counted as stalled, and the CPU the thread used in those starts; the data kind (the
+fits' numbers only where the run had fits). For the code's loops: the loops, their releases
+measured and stalled (a loop keeps its stalled releases' sum: each counts at their mean in the
+median). Where other programs kept the machine busy (the report's machine line), their CPUs,
+and that a shut-down sleeps more often then.
 
 ## Fix
 Turn tf.data's autotuning off for the datasets given to `fit`, validation data included:
@@ -181,13 +182,17 @@ def check(record: Record, source: str | None) -> Finding | None:
     in_validation = sum(1 for _, start in stalled if start.validation)
     at_fit_ends = sum(1 for _, start in stalled if start.fit_end)
     in_training = len(stalled) - in_validation - at_fit_ends
-    evidence = {
-        "calls": list(dict.fromkeys(call_label(record, call) for call in calls)),
-        "data": kinds,
-        "starts_measured": len(measured),
-        "stalled_epoch_starts": in_training,
-        "stalled_validation_starts": in_validation,
-        "stalled_fit_ends": at_fit_ends,
+    evidence: dict = {}
+    if measured:  # the fits' numbers, where the run had fits (not for loops of the code alone)
+        evidence = {
+            "calls": list(dict.fromkeys(call_label(record, call) for call in calls)),
+            "data": kinds,
+            "starts_measured": len(measured),
+            "stalled_epoch_starts": in_training,
+            "stalled_validation_starts": in_validation,
+            "stalled_fit_ends": at_fit_ends,
+        }
+    evidence |= {
         "asleep_s": rounded(asleep),
         # A start or release asleep this long counted as stalled (many short ones: 0.01 s).
         "stalled_from_s": found.bar,

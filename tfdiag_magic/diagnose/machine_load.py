@@ -45,7 +45,7 @@ BUSY_MIN_WAIT_SHARE = 0.5
 # less than half of the steps' rise as the samples' spans read it.
 BUSY_WAIT_GROWTH = 3.0
 # Steps whose threads waited for a CPU this share of their time at least were kept waiting by
-# neighbours: a healthy MirroredStrategy loop beside five CPU hogs on 2 vCPUs waited 0.57-0.86
+# neighbours: a healthy MirroredStrategy loop beside 5-7 CPU hogs on 2 vCPUs waited 0.57-0.86
 # of its late steps' time (threads summed), its CPU per step 1.2-2.1x its first tenth's.
 CONTENDED_WAIT_SHARE = 0.5
 # The report says the machine was busy when other programs kept at least this many CPUs, and

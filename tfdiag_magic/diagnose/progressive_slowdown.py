@@ -91,7 +91,7 @@ the last tenth's steps were kept waiting for a CPU among busy neighbours (their 
 for a CPU at least half of a step's time, other programs keeping half a CPU busy), a rise with
 nothing growing alongside is reported only where the steps' own CPU time rose 3 times with it:
 there the steps' CPU time also rises without more work, as TensorFlow's threads spin while the
-ones they wait for are held back. Measured beside five CPU hogs on 2 vCPUs, the same healthy
+ones they wait for are held back. Measured beside 5-7 CPU hogs on 2 vCPUs, the same healthy
 loop read 3.2-9.7× in wall time, its CPU per step 1.2-2.1×, its late steps waiting 57-86% of
 their time. A window too short to read is read widened up to 0.8 s, between the samples inside
 it: samples are taken at the ends of steps, and the ones around a window can be seconds apart,

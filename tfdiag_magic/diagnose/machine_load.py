@@ -20,7 +20,8 @@ from ..record import Record
 from .evidence import rounded
 
 MIN_SPAN_S = 0.05  # five ticks of /proc/stat a CPU at least
-# A window too short to read is read widened up to this many times twice `MIN_SPAN_S` (0.8 s).
+# A window too short to read is read widened, doubling, up to this many times its length (at
+# least twice `MIN_SPAN_S`: 0.8 s).
 MAX_WIDENING = 8
 # A rise in step time is a busy machine's when the steps' CPU time rose by less than this
 # factor, and other programs took at least `BUSY_MIN_TAKEN_CPUS` and `BUSY_MIN_TAKEN_SHARE`
@@ -232,9 +233,10 @@ def kept_waiting_for_cpus(late: StepsLoad | None) -> bool:
 
 
 def _load_widened(record: Record, start: float, end: float) -> Load | None:
-    """The load near the span: between the samples inside it, or inside it widened about its
-    middle (within the run) to twice `MIN_SPAN_S` and on, doubling, up to `MAX_WIDENING` times
-    that; None where no samples that near span `MIN_SPAN_S`. A short run's window (128 steps
+    """The load near the span: between the samples inside it (a span shorter than twice
+    `MIN_SPAN_S` taken as that long, about its middle), or inside it widened about its middle
+    (within the run), doubling, up to `MAX_WIDENING` times that length; None where no samples
+    that near span `MIN_SPAN_S`. A short run's window (128 steps
     of 0.7 ms make windows of 9-40 ms, where samples come at most every 50 ms) reads diluted
     by the steps around it, where a neighbour's arrival still shows. Samples are taken at the
     ends of steps: the samples around a window can be seconds apart, over an iterator's

@@ -221,6 +221,15 @@ def test_steps_kept_waiting_for_cpus_need_their_own_work_to_rise_threefold():
     assert kept_waiting_for_cpus(steps_load(record, late, np.arange(200)))
     assert not made_by_a_busy_machine(load_change(record, early, late, np.arange(200)))
     assert progressive_slowdown.check(record, RISING) is None
+    # Where the first tenth cannot be read (no samples within 0.8 s of it), neither can the
+    # work's rise: a contended last tenth is not reported.
+    unread = contended(0.0084)
+    early_samples = unread.memory["time"] < 0.9
+    assert early_samples.sum() >= 2 and steps_load(unread, early, np.arange(200)) is not None
+    for name in ("cpu_self", "cpus_busy", "threads_waited"):
+        unread.memory[name][early_samples] = math.nan
+    assert steps_load(unread, early, np.arange(200)) is None
+    assert progressive_slowdown.check(unread, RISING) is None
     # Work that rose threefold with the steps is a slowdown whoever else ran.
     found = progressive_slowdown.check(contended(0.014), RISING)
     assert found is not None and found.evidence["ratio"] >= 3

@@ -98,6 +98,34 @@ model.fit(x, y, epochs=1, verbose=0)
     assert "keras.metrics.Precision(thresholds=0.0)" in f.rewrite and '"mae"' in f.rewrite
 
 
+def test_every_model_the_run_trained_with_the_fault_is_named(ip):
+    # TensorFlow's overfit-and-underfit tutorial compiles its seven models in one helper: the
+    # finding named only the first.
+    cell = (
+        DATA
+        + """
+def compile_and_fit(model, metrics):
+    model.compile("adam", loss=keras.losses.BinaryCrossentropy(from_logits=True), metrics=metrics)
+    model.fit(x, y, epochs=1, verbose=0)
+def build(name, units):
+    return keras.Sequential([keras.Input((20,)), keras.layers.Dense(units, activation="elu"),
+                             keras.layers.Dense(1)], name=name)
+compile_and_fit(build("tiny", 4), ["accuracy"])
+compile_and_fit(build("small", 8), ["accuracy"])
+compile_and_fit(build("right", 8), [keras.metrics.BinaryAccuracy(threshold=0.0)])
+compile_and_fit(build("large", 16), ["accuracy"])
+"""
+    )
+    result, r = profiled(ip, cell)
+    assert result.success
+    f = the(r, CODE)
+    assert f.evidence["model"] == "tiny" and f.evidence["other_models"] == ["small", "large"]
+    assert "The model `tiny` (and 2 more models of the run, the same way: `small`, `large`)" in (
+        f.detail
+    ), f.detail
+    assert "right" not in f.detail
+
+
 SILENT = {
     "sigmoid": (
         'keras.layers.Dense(1, activation="sigmoid")',

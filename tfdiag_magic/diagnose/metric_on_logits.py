@@ -11,6 +11,7 @@ from ..rewrite import threshold_logits_at_zero
 from .evidence import first_rewrite, rounded, with_rewrite
 
 CODE = "metric-on-logits"
+MAX_NAMED = 6  # other models named in the text (all in the evidence)
 TITLE = "A metric counts the model's logits above 0.5 as class 1, not those above 0"
 DOC = """\
 ## What it detects
@@ -32,11 +33,11 @@ its logits model with `metrics=['accuracy']`; its "Basic text classification" tu
 `BinaryAccuracy(threshold=0.0)`.
 
 ## Evidence we show
-The model, its loss (built with `from_logits=True`) and its output layer (linear), and for
-each such metric: its name, its class, its threshold, the probability that threshold stands
-for, and the last value `fit` showed. Read from the model at the end of each fit: its loss,
-its output layer and its metrics; the tool does not run the model again to count the
-predictions itself.
+The model (the first the run trained so, and the names of the others: `other_models`), its
+loss (built with `from_logits=True`) and its output layer (linear), and for each such metric:
+its name, its class, its threshold, the probability that threshold stands for, and the last
+value `fit` showed. Read from the model at the end of each fit: its loss, its output layer and
+its metrics; the tool does not run the model again to count the predictions itself.
 
 ## Fix
 Threshold at 0: `keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)` in place of
@@ -53,22 +54,31 @@ whose output layer cannot be known, subclassed ones, are not judged), and a `Bin
 
 
 def check(record: Record, source: str | None) -> Finding | None:
-    for state in record.trained:
-        if state.kind == "model" and state.logits_metrics:
-            finding = _finding(state, state.logits_metrics)
-            kinds = tuple(sorted({metric.kind for metric in state.logits_metrics}))
-            return with_rewrite(
-                finding, source, first_rewrite(source, (threshold_logits_at_zero, {"kinds": kinds}))
-            )
-    return None
+    faulty = [state for state in record.trained if state.kind == "model" and state.logits_metrics]
+    if not faulty:
+        return None
+    state = faulty[0]
+    # Every other model the run trained so (a notebook that compiles seven models in one
+    # helper): named, its details are the first's.
+    others = list(dict.fromkeys(each.name for each in faulty[1:] if each.name != state.name))
+    finding = _finding(state, state.logits_metrics, others)
+    kinds = tuple(sorted({metric.kind for each in faulty for metric in each.logits_metrics}))
+    return with_rewrite(
+        finding, source, first_rewrite(source, (threshold_logits_at_zero, {"kinds": kinds}))
+    )
 
 
 def _probability(logit: float) -> float:
     return 1.0 / (1.0 + math.exp(-logit))
 
 
-def _finding(state: TrainedState, metrics: tuple[LogitsMetric, ...]) -> Finding:
+def _finding(state: TrainedState, metrics: tuple[LogitsMetric, ...], others: list[str]) -> Finding:
     first = metrics[0]
+    also = ""
+    if others:
+        named = ", ".join(f"`{name}`" for name in others[:MAX_NAMED])
+        more = f" and {len(others) - MAX_NAMED} more" if len(others) > MAX_NAMED else ""
+        also = f" (and {len(others)} more models of the run, the same way: {named}{more})"
     names = ", ".join(f"`{metric.metric}` ({metric.kind})" for metric in metrics)
     shown = [
         f"{metric.metric} {metric.shown_last:.4g}"
@@ -83,7 +93,8 @@ def _finding(state: TrainedState, metrics: tuple[LogitsMetric, ...]) -> Finding:
             " not those above 0"
         ),
         detail=(
-            f"The model `{state.name}` is trained with `{first.loss}(from_logits=True)` on the"
+            f"The model `{state.name}`{also} is trained with `{first.loss}(from_logits=True)`"
+            " on the"
             f" outputs of its linear layer `{first.output_layer}`: logits, whose decision"
             f" boundary is 0 (a probability of 0.5). {names}"
             f" {'counts' if len(metrics) == 1 else 'count'} an output above"
@@ -102,6 +113,7 @@ def _finding(state: TrainedState, metrics: tuple[LogitsMetric, ...]) -> Finding:
         ),
         evidence={
             "model": state.name,
+            **({"other_models": others} if others else {}),
             "loss": f"{first.loss}(from_logits=True)",
             "output_layer": first.output_layer,
             "output_activation": "linear",

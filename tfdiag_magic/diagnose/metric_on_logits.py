@@ -78,7 +78,8 @@ def _finding(state: TrainedState, metrics: tuple[LogitsMetric, ...], others: lis
     if others:
         named = ", ".join(f"`{name}`" for name in others[:MAX_NAMED])
         more = f" and {len(others) - MAX_NAMED} more" if len(others) > MAX_NAMED else ""
-        also = f" (and {len(others)} more models of the run, the same way: {named}{more})"
+        model = "model" if len(others) == 1 else "models"
+        also = f" (and {len(others)} more {model} of the run, the same way: {named}{more})"
     names = ", ".join(f"`{metric.metric}` ({metric.kind})" for metric in metrics)
     shown = [
         f"{metric.metric} {metric.shown_last:.4g}"
